@@ -1,0 +1,23 @@
+"""Shared pytest setup: async tests run on asyncio through anyio's plugin; GPU tests are opt-in."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-gpu", action="store_true", default=False, help="run tests that need an NVIDIA GPU")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-gpu"):
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU: pass --run-gpu on the GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
