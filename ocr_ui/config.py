@@ -81,7 +81,9 @@ class EngineSettings(_Section):
     cpu_kv_cache_gb: float = Field(2.0, gt=0, le=512, description="KV-cache size for the CPU build (VLLM_CPU_KVCACHE_SPACE).")
     startup_timeout_s: float = Field(900.0, gt=0, le=7200, description="How long the launcher waits for the engine's /health.")
     extra_args: list[str] = Field(default_factory=list, description="More vLLM flags, passed as they are (checked against removed flags).")
-    urls: list[str] = Field(default_factory=list, description="Several engine URLs behind a router: informational, the app talks to base_url.")
+    venv_dir: str = Field("", description="The engine's own virtual environment; empty means ~/.cache/ocr-workbench/engine-<device>-<vLLM version> (shared by every clone).")
+    urls: list[str] = Field(default_factory=list, description="Engine URLs (one per host) behind the nginx router that python -m ocr_ui.router_config renders; the app talks to base_url.")
+    router_listen: str = Field("127.0.0.1:8080", pattern=r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", description="host:port the nginx router listens on; engine.base_url then points at http://<it>/v1.")
 
 
 class ClientSettings(_Section):
@@ -139,14 +141,14 @@ class MetricsSettings(_Section):
 
 
 class Settings(_Section):
-    app: AppSettings = Field(default_factory=AppSettings, description="The web app.")
-    model: ModelSettings = Field(default_factory=ModelSettings, description="Which model is served.")
-    engine: EngineSettings = Field(default_factory=EngineSettings, description="The vLLM engine and its memory-safe flags.")
-    client: ClientSettings = Field(default_factory=ClientSettings, description="How the app talks to the engine.")
-    images: ImageSettings = Field(default_factory=ImageSettings, description="Uploads and page images.")
-    generation: GenerationSettings = Field(default_factory=GenerationSettings, description="Token limits and the repetition guard.")
-    admission: AdmissionSettings = Field(default_factory=AdmissionSettings, description="Admission control and the circuit breaker.")
-    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus metrics.")
+    app: AppSettings = Field(default_factory=lambda: AppSettings(), description="The web app.")
+    model: ModelSettings = Field(default_factory=lambda: ModelSettings(), description="Which model is served.")
+    engine: EngineSettings = Field(default_factory=lambda: EngineSettings(), description="The vLLM engine and its memory-safe flags.")
+    client: ClientSettings = Field(default_factory=lambda: ClientSettings(), description="How the app talks to the engine.")
+    images: ImageSettings = Field(default_factory=lambda: ImageSettings(), description="Uploads and page images.")
+    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(), description="Token limits and the repetition guard.")
+    admission: AdmissionSettings = Field(default_factory=lambda: AdmissionSettings(), description="Admission control and the circuit breaker.")
+    metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings(), description="Prometheus metrics.")
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -214,6 +216,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
 def load_from_process() -> Settings:
     """``load_config`` with this process's environment (for entry points, never for tests)."""
     return load_config(None, dict(os.environ))
+
+
+def process_environ() -> dict[str, str]:
+    """A copy of this process's environment, for entry points that start child processes."""
+    return dict(os.environ)
 
 
 def iter_keys() -> list[tuple[str, str, str, str]]:
