@@ -98,7 +98,7 @@ class ClientSettings(_Section):
 class ImageSettings(_Section):
     max_side: int = Field(2048, ge=64, le=8192, description="Longest side of a page sent to the engine, in pixels, whatever the token budget allows.")
     min_side: int = Field(8, ge=1, le=512, description="Images with a shorter side are refused as too small to read.")
-    max_decoded_pixels: int = Field(150_000_000, ge=1_000_000, le=2_000_000_000, description="Pixel count above which an image is refused before decoding (decompression bombs).")
+    max_decoded_pixels: int = Field(150_000_000, ge=1_000_000, le=178_000_000, description="Pixel count above which an image is refused before decoding (decompression bombs); Pillow refuses above ~179 million itself.")
     max_aspect_ratio: float = Field(150.0, ge=2, le=199, description="Longest/shortest side above which a page is refused (the model's limit is 200).")
     encode_format: Literal["png", "jpeg"] = Field("jpeg", description="How pages travel to the engine; JPEG is smaller, PNG lossless.")
     jpeg_quality: int = Field(92, ge=50, le=100, description="JPEG quality when encode_format is jpeg.")
@@ -213,9 +213,9 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     return settings
 
 
-def load_from_process() -> Settings:
+def load_from_process(path: str | Path | None = None) -> Settings:
     """``load_config`` with this process's environment (for entry points, never for tests)."""
-    return load_config(None, dict(os.environ))
+    return load_config(path, dict(os.environ))
 
 
 def process_environ() -> dict[str, str]:
