@@ -153,8 +153,8 @@ def _memory_info(nv: Any, handle: Any) -> Any:
     if version is not None:
         try:
             return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
-        except Exception:
-            pass
+        except Exception as exc:  # the driver lacks v2: fall back to v1 below
+            log.debug("NVML v2 memory query failed, using v1: %s", exc)
     return nv.nvmlDeviceGetMemoryInfo(handle)
 
 
