@@ -117,6 +117,9 @@ def _from_status(exc: openai.APIStatusError, settings: Settings) -> BackendError
                               "check model.served_name against the engine's --served-model-name.")
     if status in (429, 503):
         return EngineBusy("The OCR engine is busy; try again in a moment.")
+    if status in (502, 504):
+        # A router or proxy in front of the engines answers these when no engine behind it answers.
+        return EngineUnavailable("The OCR engine cannot be reached behind its router; it may be down or restarting.")
     if status >= 500:
         return BackendError(f"The OCR engine failed on this page (HTTP {status}); try again.")
     return EngineRejected(f"The OCR engine refused the request (HTTP {status}).")

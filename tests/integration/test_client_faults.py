@@ -96,6 +96,13 @@ async def test_a_500_is_a_plain_backend_error(fake_engine: FakeEngine, client: E
     assert "HTTP 500" in str(error) and "Traceback" not in str(error)
 
 
+async def test_a_502_from_a_router_means_the_engine_is_unreachable(fake_engine: FakeEngine, client: EngineClient) -> None:
+    fake_engine.push(Reply(status=502, message="<html>Bad Gateway</html>"))
+    _, error = await run_until_error(client)
+    assert type(error) is EngineUnavailable
+    assert "router" in str(error) and "html" not in str(error)
+
+
 async def test_a_503_is_engine_busy(fake_engine: FakeEngine, client: EngineClient) -> None:
     fake_engine.push(Reply(status=503, message="The engine is currently busy"))
     _, error = await run_until_error(client)
