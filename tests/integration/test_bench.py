@@ -1,0 +1,150 @@
+"""The load-test CLI against the fake engine (and the real app in front of it) on real sockets.
+
+No timing is asserted: the checks are on the shape of the records, the summary and the files.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from ocr_ui import bench
+from tests.support.fake_engine import FakeEngine, Reply, settings_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def lines_of(out: str) -> tuple[list[dict], list[dict]]:
+    items = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [i for i in items if "summary" not in i], [i["summary"] for i in items if "summary" in i]
+
+
+def test_a_sweep_against_the_engine_records_every_request_and_writes_the_files(tmp_path: Path) -> None:
+    with FakeEngine() as fe:
+        fe.default = Reply(text="line of text " * 10, token_delay=0.001)
+        done = subprocess.run(
+            [sys.executable, "-m", "ocr_ui.bench", "--url", fe.base_url, "--concurrency", "1,3", "--requests", "5",
+             "--pages", "small,a4", "--max-tokens", "64", "--ignore-eos", "--out", str(tmp_path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        sent = list(fe.requests)
+    assert done.returncode == 0, done.stderr
+    records, summaries = lines_of(done.stdout)
+    assert [r["concurrency"] for r in records].count(1) == 5 and [r["concurrency"] for r in records].count(3) == 5
+    assert all(r["error"] is None and r["output_tokens"] > 0 and r["ttft_s"] <= r["latency_s"] for r in records)
+    assert {r["page"] for r in records} == {"small", "a4"}
+    assert [s["concurrency"] for s in summaries] == [1, 3]
+    assert all(s["ok"] == 5 and s["error_rate"] == 0 and s["ttft_p50_ms"] is not None for s in summaries)
+    assert "concurrency    3: 5/5 ok" in done.stderr
+    # The engine saw the app's message shape, the sampling flags and the bench's own limits.
+    body = sent[-1]
+    assert body["stream"] is True and body["max_tokens"] == 64 and body["ignore_eos"] is True
+    image_url = body["messages"][-1]["content"][0]["image_url"]["url"]
+    assert image_url.startswith("data:image/jpeg;base64,")
+    assert len(sent) == 1 + 5 + 5  # one warm-up request, then exactly the requested ones
+    # Files: one JSON line per request, the summary with both levels, a real PNG.
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 10
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [level["concurrency"] for level in summary["levels"]] == [1, 3] and summary["ignore_eos"] is True
+    png = (tmp_path / "curves.png").read_bytes()
+    assert png.startswith(PNG_MAGIC)
+    with Image.open(io.BytesIO(png)) as image:
+        image.verify()
+
+
+def test_engine_errors_are_counted_by_kind_and_the_run_still_finishes(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeEngine() as fe:
+        count = {"n": 0}
+
+        def every_other(body: dict) -> Reply:
+            count["n"] += 1
+            return Reply(status=500, message="boom") if count["n"] % 2 == 0 else Reply(text="ok text")
+
+        fe.responder = every_other
+        code = bench.main(["--url", fe.base_url, "--concurrency", "2", "--requests", "6", "--warmup", "0"])
+    assert code == 0
+    records, (summary,) = lines_of(capsys.readouterr().out)
+    assert summary["errors"] == 3 and summary["error_rate"] == 0.5
+    assert summary["error_kinds"] == {"engine_error": 3}
+    failed = [r for r in records if r["error"]]
+    assert all(r["latency_s"] is None and "HTTP 500" in r["detail"] for r in failed)
+
+
+def test_an_unreachable_engine_gives_errors_not_a_crash(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeEngine() as fe:
+        url = fe.base_url
+        fe.down()
+        code = bench.main(["--url", url, "--concurrency", "1", "--requests", "2", "--warmup", "0", "--quiet"])
+    assert code == 0
+    records, (summary,) = lines_of(capsys.readouterr().out)
+    assert records == [] and summary["error_kinds"] == {"engine_unavailable": 2}
+
+
+def test_a_duration_bounded_level_stops_by_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeEngine() as fe:
+        fe.default = Reply(text="abc " * 5, token_delay=0.01)
+        code = bench.main(["--url", fe.base_url, "--concurrency", "2", "--duration", "0.5", "--warmup", "0"])
+    assert code == 0
+    records, (summary,) = lines_of(capsys.readouterr().out)
+    assert summary["requests"] == len(records) >= 2 and summary["ok"] == len(records)
+
+
+def test_bad_arguments_exit_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--pages", "poster", "--url", "http://127.0.0.1:9/v1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown page size poster; choose from small, a4, big"
+    assert bench.main(["--requests", "0"]) == 2
+    with pytest.raises(SystemExit):
+        bench.main(["--concurrency", "0"])
+
+
+def test_files_are_sent_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scan = tmp_path / "receipt.png"
+    Image.new("RGB", (700, 900), "white").save(scan)
+    with FakeEngine() as fe:
+        code = bench.main(["--url", fe.base_url, "--concurrency", "1", "--requests", "1", "--warmup", "0",
+                           "--files", str(scan)])
+        url = fe.requests[0]["messages"][-1]["content"][0]["image_url"]["url"]
+    assert code == 0
+    (record,), _ = lines_of(capsys.readouterr().out)
+    assert record["page"] == "receipt.png"
+    with Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as sent:
+        assert sent.size == (672, 896)  # floored to multiples of 32, as the app sends it
+
+
+def test_the_app_target_streams_through_the_real_app(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.live_app import LiveApp
+
+    with FakeEngine() as fe:
+        fe.default = Reply(text="app page text " * 4, token_delay=0.001)
+        with LiveApp(settings_for(fe, client={"max_retries": 0})) as live:
+            code = bench.main(["--target", "app", "--url", live.url, "--concurrency", "1,2", "--requests", "2",
+                               "--warmup", "0", "--max-tokens", "32"])
+        assert fe.requests and fe.requests[-1]["max_tokens"] == 32
+    assert code == 0
+    records, summaries = lines_of(capsys.readouterr().out)
+    assert len(records) == 4 and all(r["target"] == "app" and r["error"] is None for r in records)
+    assert all(r["ttft_s"] is not None and r["output_tokens"] > 0 for r in records)
+    assert [s["ok"] for s in summaries] == [2, 2]
+
+
+def test_preprocessing_cost_is_measured_for_a_photo_and_a_pdf_page(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--preprocess", "--repeat", "1"]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["input"] for r in results] == ["photo_jpeg_4000x3000", "pdf_a4_200dpi"]
+    assert results[0]["source"] == "4000x3000" and results[1]["pdf_dpi"] == 200
+    for r in results:
+        width, height = (int(v) for v in r["sent"].split("x"))
+        assert width % 32 == 0 and height % 32 == 0 and r["ms_p50"] > 0
+
+
+def test_the_baseline_without_a_checkpoint_folder_is_a_clear_error(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--baseline", "transformers", "--model-dir", str(tmp_path)]) == 2
+    assert "a checkpoint folder with a config.json" in capsys.readouterr().err
