@@ -116,6 +116,7 @@ class GenerationSettings(_Section):
     repeat_max_unit_chars: int = Field(256, ge=1, le=10000, description="Longest repeated unit the guard looks for.")
     max_prompt_chars: int = Field(4000, ge=100, le=100000, description="Longest prompt or question a user may send.")
     max_fields: int = Field(64, ge=1, le=1000, description="Most field names in one 'extract fields' request.")
+    ignore_eos: bool = Field(False, description="Benchmarks only: generate max_tokens every time (random dummy weights never stop); never in production.")
 
 
 class AdmissionSettings(_Section):

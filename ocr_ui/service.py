@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ocr_ui import preprocess
 from ocr_ui.client import EngineClient
 from ocr_ui.config import Settings
-from ocr_ui.errors import BackendError, CircuitOpen, EngineUnavailable, InputError
+from ocr_ui.errors import BackendError, CircuitOpen, EngineUnavailable, InputError, OcrError
 from ocr_ui.metrics import outcome_for
 from ocr_ui.postprocess import RepetitionGuard, trim_repetition
 from ocr_ui.profiles import ModelProfile, get_profile
@@ -36,6 +36,14 @@ JOB_STOPPING = (EngineUnavailable, CircuitOpen)
 
 def _new_request_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def _kind_of(data: bytes) -> str:
+    """The upload's sniffed type for a failure record; ``unknown`` when it is not one we read."""
+    try:
+        return preprocess.sniff(data)
+    except InputError:
+        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -99,13 +107,19 @@ class _Job:
 
 
 class OcrService:
-    """Runs OCR jobs against the engine; ``metrics`` and ``admission`` are optional (duck-typed)."""
+    """Runs OCR jobs against the engine; ``metrics``, ``admission`` and ``recorder`` are optional (duck-typed).
 
-    def __init__(self, settings: Settings, client: EngineClient, metrics: Any = None, admission: Any = None) -> None:
+    ``recorder`` (a ``records.FailureRecorder``) gets one record per failed page, and one per request
+    refused before any page ran (bad input); a page the user stopped is no failure.
+    """
+
+    def __init__(self, settings: Settings, client: EngineClient, metrics: Any = None, admission: Any = None,
+                 recorder: Any = None) -> None:
         self.settings = settings
         self.client = client
         self.metrics = metrics
         self.admission = admission
+        self.recorder = recorder
 
     def _prepare(self, req: OcrRequest) -> _Job:
         """Everything that can be wrong with the input is found here, before any engine work."""
@@ -122,7 +136,12 @@ class OcrService:
 
     async def run(self, req: OcrRequest) -> AsyncGenerator[JobUpdate, None]:
         """Stream the job's progress; raises ``InputError`` before the first update for bad input."""
-        job = await asyncio.to_thread(self._prepare, req)  # a big PDF's page count takes a moment: off the loop
+        t0 = time.monotonic()
+        try:
+            job = await asyncio.to_thread(self._prepare, req)  # a big PDF's page count takes a moment: off the loop
+        except InputError as exc:
+            self._remember(req, _kind_of(req.data), None, exc, elapsed_s=time.monotonic() - t0)
+            raise
         try:
             yield job.update(0)
             for index, result in enumerate(job.pages, start=1):
@@ -133,7 +152,7 @@ class OcrService:
                 except JOB_STOPPING as exc:
                     for later in job.pages[index:]:
                         self._fail(later, exc)
-                        self._record(req.preset, later, exc)
+                        self._record(job, later, exc)
                     break
             yield job.update(len(job.pages), done=True)
         finally:
@@ -165,9 +184,12 @@ class OcrService:
                 result.source_width, result.source_height = page.source_width, page.source_height
                 result.image_tokens = page.image_tokens
                 sampling, extra_body = job.profile.sampling()
+                extra_body = {**extra_body, "skip_special_tokens": True}
+                if s.generation.ignore_eos:  # benchmarks on random weights only
+                    extra_body["ignore_eos"] = True
                 stream = self.client.stream(
                     build_messages(job.profile, job.prompt, page.data_url), max_tokens=max_tokens,
-                    sampling=sampling, extra_body={**extra_body, "skip_special_tokens": True},
+                    sampling=sampling, extra_body=extra_body,
                     request_id=f"{job.request.request_id}-p{result.number}", priority=priority)
                 guard = RepetitionGuard(s.generation)
                 async with aclosing(stream) as chunks:
@@ -199,7 +221,7 @@ class OcrService:
             raise
         finally:
             result.elapsed_s = time.monotonic() - t0
-            self._record(job.request.preset, result, error)
+            self._record(job, result, error)
         yield job.update(index)
 
     async def _render(self, job: _Job, number: int, max_side: int | None) -> preprocess.Page:
@@ -212,7 +234,11 @@ class OcrService:
     def _fail(result: PageResult, exc: BackendError | InputError) -> None:
         result.status, result.error, result.error_code = "failed", str(exc), exc.code
 
-    def _record(self, preset: str, result: PageResult, error: BaseException | None) -> None:
+    def _record(self, job: _Job, result: PageResult, error: BaseException | None) -> None:
+        preset = job.request.preset
+        if isinstance(error, OcrError):
+            self._remember(job.request, job.doc.kind, result.number, error, ttft_s=result.ttft_s,
+                           elapsed_s=result.elapsed_s)
         if not self.metrics:
             return
         outcome = outcome_for(error)
@@ -220,6 +246,13 @@ class OcrService:
         self.metrics.page_done(outcome)
         if result.output_tokens:
             self.metrics.add_output_tokens(preset, result.output_tokens)
+
+    def _remember(self, req: OcrRequest, kind: str, page: int | None, error: OcrError, *,
+                  ttft_s: float | None = None, elapsed_s: float | None = None) -> None:
+        # A small append under the recorder's lock; kept inputs are written once per document hash.
+        if self.recorder is not None:
+            self.recorder.record(request_id=req.request_id, preset=req.preset, data=req.data, input_type=kind,
+                                 error=error, page=page, ttft_s=ttft_s, elapsed_s=elapsed_s)
 
     async def run_to_end(self, req: OcrRequest) -> JobUpdate:
         """Run the whole job and return its last update (for the JSON API and tests)."""

@@ -220,3 +220,21 @@ async def test_health_reports_the_engine_and_the_slots(service: OcrService, fake
     assert report["slots"] == {"in_use": 0, "waiting": 0, "limit": 16}
     fake_engine.down()
     assert (await service.health())["engine"]["status"] == "down"
+
+
+async def test_ignore_eos_is_sent_only_when_the_benchmark_setting_asks_for_it(fake_engine: FakeEngine) -> None:
+    from ocr_ui.client import EngineClient
+    from ocr_ui.prompts import TaskOptions
+    from ocr_ui.service import OcrRequest, OcrService
+    from tests.support import corpus
+    from tests.support.fake_engine import settings_for
+
+    for flag in (False, True):
+        settings = settings_for(fake_engine, generation={"ignore_eos": flag})
+        client = EngineClient(settings)
+        try:
+            await OcrService(settings, client).run_to_end(
+                OcrRequest(data=corpus.png_bytes(96, 64), preset="text", options=TaskOptions()))
+        finally:
+            await client.close()
+        assert fake_engine.requests[-1].get("ignore_eos", False) is flag
