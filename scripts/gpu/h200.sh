@@ -86,6 +86,8 @@ app() {  # NAME PORT ENGINE_PORT [overrides]
 bench() {  # LABEL ARGS...
   local label=$1; shift
   say "bench $label: $*"
+  { nvidia-smi --query-compute-apps=pid,used_memory --format=csv; ps -eo pid,pgid,args | grep -E "vllm|EngineCore" | grep -v grep | cut -c1-160; } \
+    > "$W/procs-$label.txt" 2>/dev/null
   $PY -m ocr_ui.bench --quiet --out "$W/$label" "$@" 2>&1 | tail -12
 }
 
