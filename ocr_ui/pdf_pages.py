@@ -36,14 +36,19 @@ def _opened(data: bytes) -> Iterator[pdfium.PdfDocument]:
         try:
             doc = pdfium.PdfDocument(data)
         except pdfium.PdfiumError as exc:
-            raise _load_error(exc.err_code) from exc
+            raise _load_error(exc.err_code, data) from exc
         try:
             yield doc
         finally:
             doc.close()
 
 
-def _load_error(err_code: int | None) -> InputError:
+def _load_error(err_code: int | None, data: bytes) -> InputError:
+    # PDFium's last error is process-wide and some load failures (a PDF without pages) leave it unset,
+    # so it can still say "password" from an earlier encrypted upload. Only a file whose trailer names
+    # an /Encrypt dictionary (never compressed, even with xref streams) can really be encrypted.
+    if err_code in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY) and b"/Encrypt" not in data:
+        err_code = pdfium_c.FPDF_ERR_FORMAT
     if err_code == pdfium_c.FPDF_ERR_PASSWORD:
         return EncryptedPdf("The PDF is protected by a password. Remove the password (for example print it to a "
                             "new PDF) and upload it again.")
