@@ -10,6 +10,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Browser tests last: they hold a Playwright event loop on the main thread while they run.
+    items.sort(key=lambda item: "tests/browser/" in str(item.fspath).replace("\\", "/"))
     if config.getoption("--run-gpu"):
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU: pass --run-gpu on the GPU machine")

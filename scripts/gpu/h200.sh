@@ -3,7 +3,7 @@
 # Each phase is one device command; engines are started with setsid so they outlive a command and
 # keep loading while the next one is sent. Start engines that share a GPU one after another: started
 # together, vLLM's memory profiling sees the others' allocations (one died, two got less KV cache).
-# keep loading while the next one is sent. Results land under $OUT (copied back) and /tmp/gpu.
+# Results land under $OUT (copied back) and /tmp/gpu.
 #
 #   bash scripts/gpu/h200.sh setup                 unpack payload + app wheels, build the shape checkpoint
 #   bash scripts/gpu/h200.sh start NAME GPUS PORT [KEY=VALUE ...]   start an engine (config overrides)

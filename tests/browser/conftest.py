@@ -33,7 +33,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running on the main thread
+# while it is open, and anyio's async tests in later modules cannot start their own loop beside it.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed: run scripts/test.sh (apt-get install chromium) as root")
