@@ -29,4 +29,5 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] && [ "$(id -u)" = "
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
 fi
 .venv/bin/ruff check ocr_ui tests app.py
+.venv/bin/mypy   # the package is kept type-clean (pyproject.toml [tool.mypy])
 .venv/bin/python -m pytest "$@"
