@@ -133,7 +133,9 @@ class EngineClient:
         c = settings.client
         self.settings = settings
         self.metrics = metrics
-        self.slots = Slots(c.max_in_flight)
+        # The limit is per engine replica: data parallelism multiplies what the engine can run at once.
+        # (Tensor parallelism splits one replica, so it adds capacity only through max_num_seqs.)
+        self.slots = Slots(c.max_in_flight * settings.engine.data_parallel_size)
         key = settings.engine.api_key.get_secret_value() if settings.engine.api_key else "EMPTY"
         self._http = http_client or openai.DefaultAsyncHttpx2Client()
         self._openai = openai.AsyncOpenAI(

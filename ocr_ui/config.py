@@ -87,7 +87,7 @@ class EngineSettings(_Section):
 
 
 class ClientSettings(_Section):
-    max_in_flight: int = Field(16, ge=1, le=4096, description="Engine requests the app keeps open at once (a semaphore); more wait in the app.")
+    max_in_flight: int = Field(16, ge=1, le=4096, description="Engine requests the app keeps open at once per engine replica (times engine.data_parallel_size); more wait in the app.")
     acquire_timeout_s: float = Field(120.0, gt=0, le=3600, description="How long a page waits for an in-flight slot before the 'busy' answer.")
     connect_timeout_s: float = Field(5.0, gt=0, le=300, description="Time to open a connection to the engine.")
     idle_timeout_s: float = Field(120.0, gt=0, le=3600, description="Longest silence between two streamed chunks (covers the engine's queue and prefill).")

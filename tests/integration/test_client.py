@@ -182,3 +182,9 @@ async def test_health_names_the_api_key_when_the_engine_refuses_it() -> None:
             await client.close()
     assert not state.up and "engine.api_key" in state.detail
     assert "wrong" not in state.detail
+
+
+def test_the_in_flight_limit_scales_with_data_parallel_replicas(fake_engine: FakeEngine) -> None:
+    one = EngineClient(settings_for(fake_engine, client={"max_in_flight": 6}))
+    two = EngineClient(settings_for(fake_engine, client={"max_in_flight": 6}, engine={"data_parallel_size": 2}))
+    assert (one.slots.limit, two.slots.limit) == (6, 12)
