@@ -84,7 +84,8 @@ def parse_request(raw: bytes) -> ApiRequest:
 def page_dict(page: Any, preset_output: str) -> dict[str, Any]:
     """One page of the answer; spotting pages carry boxes in source pixels (``box``) and 0-1000 (``box_norm``)."""
     out: dict[str, Any] = {"page": page.number, "status": page.status, "text": page.text, "error": page.error,
-                           "error_code": page.error_code, "finish_reason": page.finish_reason}
+                           "error_code": page.error_code, "finish_reason": page.finish_reason,
+                           "output_tokens": page.output_tokens}  # streamed lines are coalesced: they count no tokens
     if preset_output == "spotting" and page.text:
         # Boxes are relative to the original page, so they are scaled to its size, not to the size sent.
         out["boxes"] = boxes_to_dicts(parse_spotting(page.text), page.source_width or 1000, page.source_height or 1000)
@@ -98,13 +99,18 @@ def final_answer(update: Any, preset_output: str) -> dict[str, Any]:
 
 
 class EventTracker:
-    """Turns successive ``JobUpdate`` snapshots into NDJSON ``page`` events carrying only new text."""
+    """Turns successive ``JobUpdate`` snapshots into NDJSON ``page`` events carrying only new text.
+
+    With ``text_due=False`` a page whose only news is more text (its first text excepted) is held back:
+    the next due call sends everything since in one delta, so a fast stream costs a line per interval,
+    not a line per chunk, and the concatenated deltas stay exactly the page's text.
+    """
 
     def __init__(self) -> None:
         self._sent: dict[int, tuple[int, str]] = {}  # page -> (characters sent, status sent)
 
-    def events(self, update: Any) -> list[dict[str, Any]]:
-        """Events for what changed since the last update (text deltas and status changes)."""
+    def events(self, update: Any, *, text_due: bool = True) -> list[dict[str, Any]]:
+        """Events for what changed since the last sent event (text deltas and status changes)."""
         out = []
         for page in update.pages:
             sent_len, sent_status = self._sent.get(page.number, (0, ""))
@@ -112,6 +118,8 @@ class EventTracker:
             delta = "" if shrunk else page.text[sent_len:]
             if not delta and not shrunk and page.status == sent_status:
                 continue
+            if not text_due and sent_len and not shrunk and page.status == sent_status:
+                continue  # only more text, and some already went out: it rides with the next due line
             self._sent[page.number] = (len(page.text), page.status)
             event = {"event": "page", "request_id": update.request_id, "page": page.number, "total": update.total,
                      "status": page.status, "delta": delta, "error": page.error, "error_code": page.error_code,

@@ -49,6 +49,7 @@ class AppSettings(_Section):
     ui_language: Literal["auto", "en", "zh"] = Field("auto", description="Interface language; auto follows the browser.")
     keep_failed_inputs: bool = Field(False, description="Keep a copy of inputs that failed (for analysis); by default only their hash is logged.")
     run_history: bool = Field(False, description="Gradio's server-side run history; off because documents may be private.")
+    stream_flush_s: float = Field(0.05, ge=0, le=2, description="While text streams, /api/ocr sends a line and the UI redraws at most once per this many seconds per request; the first text, status changes and the end go out at once. 0 sends every chunk.")
 
 
 class ModelSettings(_Section):

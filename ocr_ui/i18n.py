@@ -72,6 +72,17 @@ TEXTS: dict[Lang, dict[str, str]] = {
         "msg_done": "Finished: {n} page(s).",
         "msg_no_boxes": "No text boxes yet.",
         "file_heading": "File {name}",
+        "compare": "Compare two tasks or prompts",
+        "compare_info": "Runs both on the first page of the first upload, side by side. Edit a prompt to try "
+                        "another wording of the same task. Fields, language and answer length come from the form above.",
+        "compare_a": "Left (A)",
+        "compare_b": "Right (B)",
+        "compare_answer": "Raw answer",
+        "compare_run": "Run both",
+        "engine_up": "Engine ready",
+        "engine_starting": "Engine starting",
+        "engine_down": "Engine unavailable",
+        "msg_history_shown": "Showing the saved result of {when} ({file}).",
     },
     "zh": {
         "title": "# OCR 工作台",
@@ -134,6 +145,17 @@ TEXTS: dict[Lang, dict[str, str]] = {
         "msg_done": "完成：共 {n} 页。",
         "msg_no_boxes": "暂无文字框。",
         "file_heading": "文件 {name}",
+        "compare": "对比两个任务或提示词",
+        "compare_info": "在第一个上传文件的第一页上同时运行两者，并排显示。修改提示词即可对比同一任务的不同写法。"
+                        "字段、语言和输出长度取自上方表单。",
+        "compare_a": "左（A）",
+        "compare_b": "右（B）",
+        "compare_answer": "原始回答",
+        "compare_run": "同时运行",
+        "engine_up": "引擎就绪",
+        "engine_starting": "引擎启动中",
+        "engine_down": "引擎不可用",
+        "msg_history_shown": "正在显示 {when} 保存的结果（{file}）。",
     },
 }
 

@@ -20,8 +20,10 @@ from ocr_ui.config import Settings
 from ocr_ui.i18n import LANGUAGE_NAMES, pick_language, t
 from ocr_ui.render import latex_delimiters
 from ocr_ui.service import OcrService
+from ocr_ui.ui_compare import add_compare
 from ocr_ui.ui_job import HISTORY_LIMIT
 from ocr_ui.ui_labels import Labeller
+from ocr_ui.ui_render import page_markdown
 from ocr_ui.ui_run import Inputs, RunHandler
 from ocr_ui.ui_uploads import accept_uploads_only
 
@@ -154,6 +156,9 @@ def build_ui(service: OcrService, settings: Settings, *, limiter: Any = None) ->
                                                label="history_table")
                     clear_btn = labels.add(gr.Button(t(lang0, "history_clear"), size="sm"), value="history_clear")
                 labels.add(history_box, label="history")
+        compare_event = add_compare(labels, handler, lang0, files=files, fields=fields, target=target, question=question,
+                                    hint=hint, max_tokens=max_tokens, lang_switch=lang_switch,
+                                    concurrency=app.queue_concurrency)
         history = gr.BrowserState([], storage_key=HISTORY_KEY, secret=history_secret(settings))
         auto_prompt = gr.State(prompt.value)
         last_entry = gr.State(None)  # the finished run's history entry; kept out of the API's inputs and outputs
@@ -202,24 +207,43 @@ def build_ui(service: OcrService, settings: Settings, *, limiter: Any = None) ->
             return new[:HISTORY_LIMIT], labels.history_rows(new[:HISTORY_LIMIT])
 
         run_event.then(remember, [last_entry, history], [history, history_table], api_visibility="private", queue=False)
-        stop_btn.click(handler.stop, [lang_switch], [progress, notice], cancels=[run_event], queue=False,
+        stop_btn.click(handler.stop, [lang_switch], [progress, notice], cancels=[run_event, compare_event], queue=False,
                        api_visibility="private")
         clear_btn.click(lambda: ([], []), None, [history, history_table], api_visibility="private", queue=False)
+
+        def show_saved(saved: Any, lang: str, evt: gr.SelectData) -> tuple[str, str, str]:
+            """A clicked history row's text back in the Rendered and Raw panes (it lives in this browser only)."""
+            rows = [h for h in (saved or []) if isinstance(h, dict)]
+            row = evt.index[0] if isinstance(evt.index, list | tuple) else evt.index
+            if not isinstance(row, int) or not 0 <= row < len(rows):
+                return gr.skip(), gr.skip(), gr.skip()
+            entry = rows[row]
+            text = str(entry.get("text", ""))
+            task = str(entry.get("task", ""))
+            output = presets[task].output if task in presets else "text"
+            note = t(lang, "msg_history_shown", when=str(entry.get("when", "")), file=str(entry.get("file", "")))
+            return page_markdown(text, output), text, note
+
+        history_table.select(show_saved, [history, lang_switch], [rendered, raw, notice], queue=False,
+                             api_visibility="private")
 
         # --- language: the browser's (or the configured) on load, then the switch
         def detect(request: gr.Request) -> str:
             accept = request.headers.get("accept-language") if request is not None else None
             return pick_language(app.ui_language, accept)
 
-        async def engine_badge() -> str:
-            report = await service.health()
-            engine = report.get("engine", {})
-            mark = "🟢" if engine.get("up") else "🔴"
-            return f"{mark} {engine.get('detail', '')}"
+        async def engine_badge(lang: str) -> str:
+            engine = (await service.health()).get("engine", {})
+            status = engine.get("status") if engine.get("status") in ("up", "starting", "down") else "down"
+            mark = "🟢" if engine.get("up") else "🟡" if status == "starting" else "🔴"
+            # The detail is a user-safe English sentence (like every error text); shown only when not up.
+            detail = "" if engine.get("up") or not engine.get("detail") else f" · {engine['detail']}"
+            return f"{mark} {t(lang, 'engine_' + status)}{detail}"
 
         lang_switch.change(labels.relabel, lang_switch, labels.components(), queue=False, api_visibility="private")
         demo.load(detect, None, lang_switch, queue=False, api_visibility="private")
-        demo.load(engine_badge, None, engine_md, api_visibility="private")
+        demo.load(engine_badge, lang_switch, engine_md, api_visibility="private")
+        lang_switch.change(engine_badge, lang_switch, engine_md, api_visibility="private")
         demo.load(labels.history_rows, history, history_table, queue=False, api_visibility="private")
 
     demo.queue(max_size=app.queue_max_size, default_concurrency_limit=app.queue_concurrency)

@@ -24,7 +24,7 @@ from ocr_ui.prompts import Preset, TaskOptions
 from ocr_ui.service import OcrRequest, OcrService
 from ocr_ui.ui_render import FileView, box_rows, draw_boxes, progress_html, raw_text, result_markdown, write_downloads
 
-YIELD_EVERY_S = 0.05  # redraw at most this often while text streams; status changes redraw at once
+YIELD_EVERY_S = 0.05  # default of app.stream_flush_s: redraw at most this often while text streams
 HISTORY_LIMIT = 20
 HISTORY_TEXT_CHARS = 20_000
 FINISHED = ("done", "failed", "stopped")
@@ -36,8 +36,9 @@ class UiJob:
     def __init__(self, *, service: OcrService, preset: Preset, prompt: str, options: TaskOptions, pages: str | None,
                  max_tokens: int | None, lang: str, read: Callable[[str], bytes],
                  page_image: Callable[[bytes, str | None, int], Image.Image | None],
-                 download_folder: Callable[[], Path]) -> None:
+                 download_folder: Callable[[], Path], flush_s: float = YIELD_EVERY_S) -> None:
         self.service, self.preset, self.prompt, self.options = service, preset, prompt, options
+        self.flush_s = flush_s  # every redraw re-sends whole components: status changes and first text at once
         self.pages, self.max_tokens, self.lang = pages, max_tokens, lang
         self._read, self._page_image, self._download_folder = read, page_image, download_folder
         self.views: list[FileView] = []
@@ -77,13 +78,14 @@ class UiJob:
             async with aclosing(updates):  # closing this run closes the service's, then the engine stream
                 while not self.stopped:
                     view.pages = list(update.pages)
-                    self._note(index, view)
-                    if self.preset.output == "spotting":
-                        await self._update_boxes(data, index, view)
-                    statuses = "|".join(p.status for v in self.views for p in v.pages)
+                    # A page's first text counts as a change of state, so it is drawn at once.
+                    statuses = "|".join(f"{p.status}{bool(p.text):d}" for v in self.views for p in v.pages)
                     now = time.monotonic()
-                    if statuses != last_statuses or now - last_yield >= YIELD_EVERY_S or update.done:
+                    if statuses != last_statuses or now - last_yield >= self.flush_s or update.done:
                         last_yield, last_statuses = now, statuses
+                        self._note(index, view)  # notes and boxes only for a redraw: not once per chunk
+                        if self.preset.output == "spotting":
+                            await self._update_boxes(data, index, view)
                         yield self.panes()
                     try:
                         update = await anext(updates)
@@ -92,6 +94,9 @@ class UiJob:
                     except OcrError as exc:  # the service marks pages failed itself; this is the backstop
                         self.notices.append(str(exc))
                         break
+                self._note(index, view)  # the last update may not have been drawn
+                if self.preset.output == "spotting" and not self.stopped:
+                    await self._update_boxes(data, index, view)
             if self.stopped:
                 self.notices.append(t(self.lang, "msg_stopped"))
                 return

@@ -56,7 +56,7 @@ class Labeller:
                 kwargs["info"] = t(lang, keys["info"])
             if "value" in keys:
                 kwargs["value"] = t(lang, keys["value"])
-            if component.elem_id == "ocr-preset":
+            if component.elem_id in ("ocr-preset", "ocr-cmp-preset-a", "ocr-cmp-preset-b"):
                 kwargs["choices"] = self.preset_choices(lang)
             if component.elem_id == "ocr-box-table":
                 kwargs["headers"] = self.box_headers(lang)

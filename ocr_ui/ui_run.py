@@ -163,7 +163,8 @@ class RunHandler:
         job = UiJob(service=self.service, preset=preset, prompt=prompt, options=options,
                     pages=(inp.pages or "").strip() or None, max_tokens=int(inp.max_tokens) if inp.max_tokens else None,
                     lang=lang, read=lambda path: read_upload(path, self.settings.app.max_upload_mb),
-                    page_image=self._page_image, download_folder=self._download_folder)
+                    page_image=self._page_image, download_folder=self._download_folder,
+                    flush_s=self.settings.app.stream_flush_s)
         session = getattr(request, "session_hash", None) or ""
         self._live[session] = job
         try:

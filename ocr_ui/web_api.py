@@ -131,7 +131,7 @@ def api_router(settings: Settings, service: OcrService, *, limiter: RateLimiter 
         req = OcrRequest(data=data, preset=body.preset, options=body.options.task_options(), pages=body.pages,
                          max_tokens=body.max_tokens, filename=body.filename)
         if body.stream:
-            return await _stream(service, req, output)
+            return await _stream(service, req, output, settings.app.stream_flush_s)
         update = await service.run_to_end(req)
         answer = final_answer(update, output)
         failed = [p for p in update.pages if p.status == "failed"]
@@ -145,7 +145,7 @@ def api_router(settings: Settings, service: OcrService, *, limiter: RateLimiter 
     return router
 
 
-async def _stream(service: OcrService, req: OcrRequest, output: str) -> Response:
+async def _stream(service: OcrService, req: OcrRequest, output: str, flush_s: float) -> Response:
     updates = service.run(req)
     try:
         first = await anext(updates)  # input errors surface here, as a plain HTTP error
@@ -154,17 +154,27 @@ async def _stream(service: OcrService, req: OcrRequest, output: str) -> Response
         raise
 
     async def lines() -> AsyncIterator[bytes]:
+        # The service yields once per engine chunk; a line per chunk made JSON and socket writes the
+        # app's biggest cost after the SDK's parsing. Text is sent at most every ``flush_s`` per request;
+        # the first text, status changes and the end go out at once (see EventTracker).
         tracker = EventTracker()
-        update = first
+        update, last_sent = first, 0.0
         async with aclosing(updates):  # a client that leaves closes the service, which closes the engine stream
             try:
                 for event in tracker.events(update):
                     yield _line(event)
                 async for update in updates:
-                    for event in tracker.events(update):
-                        yield _line(event)
+                    now = time.monotonic()
+                    events = tracker.events(update, text_due=now - last_sent >= flush_s)
+                    if events:
+                        last_sent = now
+                        yield b"".join(_line(event) for event in events)
+                for event in tracker.events(update):  # whatever text was held back
+                    yield _line(event)
                 yield _line({"event": "done", **final_answer(update, output)})
             except OcrError as exc:
+                for event in tracker.events(update):
+                    yield _line(event)
                 yield _line({"event": "error", "request_id": req.request_id, **error_body(exc)})
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")

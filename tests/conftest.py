@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# The real engine's session fixtures, shared by tests/e2e and tests/browser: one plugin, one engine.
+pytest_plugins = ["tests.support.engine_fixtures"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-gpu", action="store_true", default=False, help="run tests that need an NVIDIA GPU")

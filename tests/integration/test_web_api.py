@@ -105,6 +105,21 @@ def test_api_streams_ndjson_deltas_that_add_up_to_the_final_text(api: TestClient
     assert next(e["status"] for e in events if e["event"] == "page") == "queued"
 
 
+def test_a_fast_stream_is_coalesced_into_few_lines_with_the_first_text_at_once(fake_engine: FakeEngine,
+                                                                               tmp_path) -> None:
+    chunks = [f"w{i}字 " for i in range(500)]
+    fake_engine.push(Reply(chunks=chunks))
+    settings = quick(fake_engine, app={"log_dir": str(tmp_path), "stream_flush_s": 2})
+    with TestClient(create_app(settings)) as api, api.stream(
+            "POST", "/api/ocr", json={"file": b64(png_bytes()), "preset": "text", "stream": True}) as r:
+        events = [json.loads(line) for line in r.iter_lines() if line]
+    deltas = [e["delta"] for e in events if e["event"] == "page" and e["delta"]]
+    assert deltas[0] == chunks[0]  # the first chunk went out alone, not held for the interval
+    assert len(events) < 50  # not a line per chunk
+    assert "".join(deltas) == "".join(chunks) == events[-1]["pages"][0]["text"]
+    assert events[-1]["pages"][0]["output_tokens"] == 500
+
+
 @pytest.mark.parametrize(("body", "status", "code", "words"), [
     ({"file": "%%%not base64%%%", "preset": "text"}, 400, "invalid_options", "base64"),
     ({"preset": "text"}, 400, "invalid_options", "needs the field 'file'"),
