@@ -25,8 +25,10 @@ def real_live(vllm_server: Server, tiny_checkpoint: Path, tmp_path_factory: pyte
     logs = tmp_path_factory.mktemp("real-logs")
     settings = e2e_settings(tiny_checkpoint, vllm_server.settings.engine.port, model__profile="hunyuanocr-1.0",
                             model__served_name=vllm_server.settings.model.served_name,
-                            generation__ignore_eos="true", generation__max_tokens_cap="400", app__log_dir=str(logs))
-    # 400 tokens take ~0.7 s on this CPU: long enough for several 50 ms redraws (app.stream_flush_s).
+                            generation__ignore_eos="true", generation__max_tokens_cap="2000", app__stream_flush_s="0",
+                            app__log_dir=str(logs))
+    # The tiny model decodes fast: a long answer and a redraw per chunk (stream_flush_s 0) leave the
+    # browser several partial states to see.
     with LiveApp(settings) as app:
         yield app
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -19,10 +20,10 @@ from tests.e2e.media import GREEDY, GREEDY_EXTRA, messages, page_image
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 
-async def _consume(stream: AsyncIterator[Chunk]) -> None:
+async def _consume(stream: AsyncIterator[Chunk], first: asyncio.Event) -> None:
     async with aclosing(stream) as chunks:  # type: ignore[type-var]
         async for _chunk in chunks:
-            pass
+            first.set()
 
 
 def _engine_core_pid(api_server_pid: int) -> int:
@@ -33,16 +34,22 @@ def _engine_core_pid(api_server_pid: int) -> int:
 
 async def test_killed_engine_breaks_the_stream_and_the_client_recovers_after_restart(vllm_server: Server) -> None:
     client = EngineClient(vllm_server.settings)
+    killed = False
     try:
         stream = client.stream(messages(page_image("CRASH")), max_tokens=16000, sampling=GREEDY,
                                extra_body=GREEDY_EXTRA, request_id="e2e-crash")
-        reading = asyncio.create_task(_consume(stream))
-        await asyncio.sleep(0.5)  # the request is in the engine; 16,000 tokens take far longer than this
+        first = asyncio.Event()
+        reading = asyncio.create_task(_consume(stream, first))
+        # Kill at the first streamed text, or after 0.2 s if a random model's first tokens decode to
+        # nothing: the tiny model can finish 16,000 tokens in well under a second on this CPU.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await first.wait()
         assert not reading.done(), "the answer ended before the engine could be killed"
         # The engine core dies as if the OOM killer took it. Killing the core, not the API server, makes
-        # the break independent of speed: vLLM's token counter is not a timely signal on the CPU build,
-        # visible text may come late from a random model, and an answer already in socket buffers would
-        # still arrive whole after an API-server kill; a dead core always ends the stream with an error.
+        # the break independent of socket buffering: an answer already in flight would still arrive whole
+        # after an API-server kill; a dead core always ends the stream (or the request) with an error.
+        killed = True
         os.kill(_engine_core_pid(vllm_server.process.pid), signal.SIGKILL)  # type: ignore[arg-type]
         with pytest.raises(BackendError) as broken:
             await reading
@@ -55,10 +62,12 @@ async def test_killed_engine_breaks_the_stream_and_the_client_recovers_after_res
                                   extra_body=GREEDY_EXTRA, request_id="e2e-down")
 
         await asyncio.to_thread(vllm_server.restart)
+        killed = False
         again = await client.complete(messages(page_image("BACK")), max_tokens=8, sampling=GREEDY,
                                       extra_body=GREEDY_EXTRA, request_id="e2e-back")
         assert again.finish_reason == "length" and again.output_tokens == 8
     finally:
         await client.close()
-        if not vllm_server.process.alive():  # never leave the session's engine dead for the tests after this one
+        # Never leave the session's engine dead (or with a dead core) for the tests after this one.
+        if killed or not vllm_server.process.alive():
             await asyncio.to_thread(vllm_server.restart)
