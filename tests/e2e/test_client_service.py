@@ -62,6 +62,9 @@ async def test_service_returns_one_result_per_page_of_a_three_page_pdf(vllm_serv
     assert all(p.text and p.finish_reason == "length" and p.output_tokens == 16 for p in final.pages)
 
 
+# Timing-dependent on a fast tiny model: if vLLM finishes all tokens before it handles the disconnect,
+# the bound cannot show the abort; seen once in several full runs, so it may rerun.
+@pytest.mark.flaky(reruns=2)
 async def test_stopping_a_service_job_mid_stream_ends_the_request_in_vllm(vllm_server: Server) -> None:
     root = vllm_server.root_url
     tokens_before = await asyncio.to_thread(wait_until_idle, root)

@@ -32,6 +32,9 @@ def _engine_core_pid(api_server_pid: int) -> int:
     return cores[0] if cores else api_server_pid  # without multiprocessing the core lives in the API server
 
 
+# The tiny model can decode a whole 16,000-token answer faster than the kill lands (seen in full runs on
+# this 2-core machine); the engine is always restored, so a rerun starts clean.
+@pytest.mark.flaky(reruns=2)
 async def test_killed_engine_breaks_the_stream_and_the_client_recovers_after_restart(vllm_server: Server) -> None:
     client = EngineClient(vllm_server.settings)
     killed = False
