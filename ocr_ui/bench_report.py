@@ -29,6 +29,7 @@ class Record:
     image_tokens: int | None = None
     error: str | None = None  # an error code (engine_timeout, http_503, ...) or None
     detail: str | None = field(default=None, repr=False)  # a short, safe message for the error
+    worker: int = 0  # which --procs worker process sent it (0 in a 1-process run)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, with times rounded to the millisecond."""

@@ -1,4 +1,4 @@
-"""What the load test talks to: the engine (openai SDK, streamed) or the app (POST /api/ocr, NDJSON).
+"""What the load test talks to: the engine (openai SDK, streamed as the app streams) or the app (POST /api/ocr, NDJSON).
 
 A target's ``run(page, record)`` never raises for a failed request: it fills ``record.error`` with a
 stable code (the app's error codes, ``http_<status>``, ``timeout``) so the level's error rate counts it.
@@ -18,7 +18,7 @@ import openai
 
 from ocr_ui import preprocess
 from ocr_ui.bench_report import Record
-from ocr_ui.client import translate_error
+from ocr_ui.client import open_chat_stream, read_chunk, translate_error
 from ocr_ui.config import Settings
 from ocr_ui.profiles import get_profile
 from ocr_ui.prompts import TaskOptions, build_messages, build_prompt, get_preset
@@ -77,21 +77,21 @@ class EngineTarget:
         started, chunks, usage_tokens = False, 0, None
         try:
             async with asyncio.timeout(self.timeout_s):
-                request: dict[str, Any] = {
+                body: dict[str, Any] = {
                     "model": self.model, "messages": build_messages(self.profile, self.prompt, page.data_url),
-                    "max_tokens": self.max_tokens, "extra_body": extra, **sampling}
-                stream = await self._client.chat.completions.create(
-                    **request, stream=True, stream_options={"include_usage": True})
+                    "max_tokens": self.max_tokens, **sampling, **extra}
+                # The app's own streaming path (plain-dict chunks): a typed chunk per token made this
+                # load process a ceiling of its own at high concurrency on the H200.
+                stream = await open_chat_stream(self._client, body)
                 async with stream:
                     async for item in stream:
-                        if getattr(item, "usage", None) is not None:
-                            usage_tokens = item.usage.completion_tokens
-                        for choice in item.choices or []:
-                            if choice.delta is not None and choice.delta.content:
-                                if not started:
-                                    record.ttft_s = time.perf_counter() - sent
-                                started = True
-                                chunks += 1
+                        raw = read_chunk(item)
+                        if raw.completion_tokens is not None:
+                            usage_tokens = raw.completion_tokens
+                        if raw.texts and not started:
+                            record.ttft_s = time.perf_counter() - sent
+                            started = True
+                        chunks += len(raw.texts)
             record.latency_s = time.perf_counter() - sent
             record.output_tokens = usage_tokens if usage_tokens is not None else chunks
         except (openai.OpenAIError, httpx2.HTTPError, json.JSONDecodeError, TimeoutError) as exc:

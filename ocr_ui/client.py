@@ -1,6 +1,6 @@
 """The engine client: one ``openai.AsyncOpenAI`` per process, streaming with limits and timeouts.
 
-Every request holds a slot of ``client.max_in_flight`` for its whole life. Timeouts are split by phase:
+Every request holds a slot of ``client.max_in_flight`` (see :func:`in_flight_limit`) for its whole life. Timeouts are split by phase:
 ``connect`` to open a connection, ``idle`` as the longest silence between chunks (the openai read
 timeout, which also covers the engine's queue and prefill), and ``total`` as an absolute deadline for
 the page (``asyncio.timeout_at`` around each wait, never across a ``yield``, so the deadline cannot
@@ -23,7 +23,7 @@ from typing import Any, Literal
 import httpx2
 import openai
 
-from ocr_ui.config import Settings
+from ocr_ui.config import Settings, in_flight_limit
 from ocr_ui.errors import (
     BackendError,
     EngineBusy,
@@ -131,6 +131,42 @@ def _choices(item: object) -> list[dict[str, Any]]:
     return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
 
 
+@dataclass(frozen=True)
+class RawChunk:
+    """What one streamed chat-completion chunk carries: its text pieces, a finish reason, the usage."""
+
+    texts: list[str]
+    finish_reason: str | None
+    completion_tokens: int | None
+
+
+def read_chunk(item: object) -> RawChunk:
+    """Pick text, finish reason and usage out of one plain-dict chunk; malformed parts count as absent."""
+    usage = item.get("usage") if isinstance(item, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    texts, finish = [], None
+    for choice in _choices(item):
+        finish = choice.get("finish_reason") or finish
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(text, str) and text:
+            texts.append(text)
+    return RawChunk(texts, finish if isinstance(finish, str) else None, int(tokens) if isinstance(tokens, int) else None)
+
+
+async def open_chat_stream(client: openai.AsyncOpenAI, body: dict[str, Any],
+                           headers: dict[str, str] | None = None) -> openai.AsyncStream[object]:
+    """Start a streamed chat completion whose chunks stay plain dicts (see :func:`read_chunk`).
+
+    The SDK's own request building, retries, SSE decoding and error events, without a typed
+    ``ChatCompletionChunk`` per token: building those was ~70 % of the app's CPU per streamed chunk.
+    Shared with the load test so that both measure the same client path.
+    """
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    return await client.post("/chat/completions", cast_to=object, body=body, stream=True,
+                             stream_cls=openai.AsyncStream[object], options={"headers": headers or {}})
+
+
 class EngineClient:
     """Streams chat completions from the engine; ``slots`` bounds the requests open at once."""
 
@@ -139,9 +175,7 @@ class EngineClient:
         c = settings.client
         self.settings = settings
         self.metrics = metrics
-        # The limit is per engine replica: data parallelism multiplies what the engine can run at once.
-        # (Tensor parallelism splits one replica, so it adds capacity only through max_num_seqs.)
-        self.slots = Slots(c.max_in_flight * settings.engine.data_parallel_size)
+        self.slots = Slots(in_flight_limit(settings))
         key = settings.engine.api_key.get_secret_value() if settings.engine.api_key else "EMPTY"
         self._http = http_client or openai.DefaultAsyncHttpx2Client()
         self._openai = openai.AsyncOpenAI(
@@ -157,13 +191,9 @@ class EngineClient:
 
     async def _raw_stream(self, messages: list[dict[str, Any]], max_tokens: int, sampling: dict[str, Any],
                           extra_body: dict[str, Any], request_id: str) -> openai.AsyncStream[object]:
-        # The SDK's own request, SSE decoding, retries and error events, but chunks stay plain dicts:
-        # building a typed ChatCompletionChunk per token was ~70 % of the app's CPU per streamed chunk.
         body = {"model": self.settings.model.served_name, "messages": messages, "max_tokens": max_tokens,
-                **sampling, **extra_body, "stream": True, "stream_options": {"include_usage": True}}
-        return await self._openai.post("/chat/completions", cast_to=object, body=body, stream=True,
-                                       stream_cls=openai.AsyncStream[object],
-                                       options={"headers": {"X-Request-Id": request_id}})
+                **sampling, **extra_body}
+        return await open_chat_stream(self._openai, body, {"X-Request-Id": request_id})
 
     async def stream(self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: dict[str, Any],
                      extra_body: dict[str, Any], request_id: str,
@@ -190,18 +220,14 @@ class EngineClient:
                                 item = await anext(chunks, None)
                             if item is None:
                                 break
-                            usage = item.get("usage") if isinstance(item, dict) else None
-                            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                                tokens = int(usage["completion_tokens"])
-                            for choice in _choices(item):
-                                finish = choice.get("finish_reason") or finish
-                                delta = choice.get("delta")
-                                text = delta.get("content") if isinstance(delta, dict) else None
-                                if isinstance(text, str) and text:
-                                    if not started and self.metrics:
-                                        self.metrics.observe_ttft(time.monotonic() - sent)
-                                    started = True
-                                    yield Chunk(text)
+                            raw = read_chunk(item)
+                            tokens = raw.completion_tokens if raw.completion_tokens is not None else tokens
+                            finish = raw.finish_reason or finish
+                            for text in raw.texts:
+                                if not started and self.metrics:
+                                    self.metrics.observe_ttft(time.monotonic() - sent)
+                                started = True
+                                yield Chunk(text)
             except (openai.OpenAIError, httpx2.HTTPError, json.JSONDecodeError, TimeoutError) as exc:
                 raise translate_error(exc, self.settings, started=started) from exc
         # The slot is free again before the last chunk goes out: the engine's part is over.

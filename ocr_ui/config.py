@@ -12,6 +12,7 @@ Unknown keys fail at startup with a message that names the key.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -73,6 +74,8 @@ class EngineSettings(_Section):
     enable_chunked_prefill: bool = Field(True, description="Split long prefills so decodes keep flowing (lower tail latency).")
     enable_prefix_caching: bool = Field(False, description="OCR prompts share almost nothing; off saves hashing and memory.")
     mm_processor_cache_gb: float = Field(0.0, ge=0, le=64, description="vLLM's image-processor cache; 0 because pages are not reused.")
+    stream_interval: int = Field(1, ge=1, le=64, description="Tokens vLLM gathers into one streamed chunk (--stream-interval); the first token always goes at once. 1 streams token by token; 4-8 cut the engine's and the app's CPU per chunk on a busy big GPU.")
+    api_server_count: int = Field(1, ge=1, le=64, description="vLLM API-server processes in front of one engine (--api-server-count, GPU only): they decode images and stream answers, the first ceiling on a big GPU.")
     limit_images_per_prompt: int = Field(1, ge=1, le=8, description="Images per request the engine accepts; the app sends one page at a time.")
     data_parallel_size: int = Field(1, ge=1, le=64, description="Engine replicas over GPUs (vLLM --data-parallel-size).")
     tensor_parallel_size: int = Field(1, ge=1, le=8, description="GPUs one replica is split over (vLLM --tensor-parallel-size).")
@@ -88,7 +91,7 @@ class EngineSettings(_Section):
 
 
 class ClientSettings(_Section):
-    max_in_flight: int = Field(16, ge=1, le=4096, description="Engine requests the app keeps open at once per engine replica (times engine.data_parallel_size); more wait in the app.")
+    max_in_flight: int = Field(0, ge=0, le=4096, description="Engine requests the app keeps open at once per engine replica (times engine.data_parallel_size); more wait in the app. 0: engine.max_num_seqs and half again, so the engine always has the next pages received and decoded when a request finishes.")
     acquire_timeout_s: float = Field(120.0, gt=0, le=3600, description="How long a page waits for an in-flight slot before the 'busy' answer.")
     connect_timeout_s: float = Field(5.0, gt=0, le=300, description="Time to open a connection to the engine.")
     idle_timeout_s: float = Field(120.0, gt=0, le=3600, description="Longest silence between two streamed chunks (covers the engine's queue and prefill).")
@@ -151,6 +154,22 @@ class Settings(_Section):
     generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(), description="Token limits and the repetition guard.")
     admission: AdmissionSettings = Field(default_factory=lambda: AdmissionSettings(), description="Admission control and the circuit breaker.")
     metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings(), description="Prometheus metrics.")
+
+
+IN_FLIGHT_HEADROOM = 1.5  # client.max_in_flight 0 means engine.max_num_seqs x this
+
+
+def in_flight_limit(settings: Settings, max_num_seqs: int | None = None) -> int:
+    """Engine requests the app keeps open at once: ``client.max_in_flight``, or derived from the engine.
+
+    A little more than the engine runs: with exactly ``max_num_seqs`` open, each finished request left
+    a seat empty while the next page crossed to the engine and its image was decoded there.
+    The limit is per engine replica: data parallelism multiplies what the engine can run at once
+    (tensor parallelism splits one replica, so it adds capacity only through max_num_seqs).
+    """
+    seqs = max_num_seqs or settings.engine.max_num_seqs
+    per_replica = settings.client.max_in_flight or math.ceil(seqs * IN_FLIGHT_HEADROOM)
+    return per_replica * settings.engine.data_parallel_size
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:

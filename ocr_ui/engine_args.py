@@ -30,7 +30,7 @@ def revision_for(settings: Settings) -> str:
 
 def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | None = None,
            explain: TextIO | None = None, device: str | None = None) -> list[str]:
-    """The flags after ``python -m vllm.entrypoints.openai.api_server``, one list item per token."""
+    """The flags after ``vllm serve`` (``python -m vllm.entrypoints.openai.api_server`` on CPU), one list item per token."""
     eng = settings.engine
     max_num_seqs, batched, model_len = eng.max_num_seqs, eng.max_num_batched_tokens, eng.max_model_len
     if auto:
@@ -63,6 +63,10 @@ def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | Non
         flags += ["--load-format", settings.model.load_format]
     if device != "cpu":
         flags += ["--gpu-memory-utilization", f"{eng.gpu_memory_utilization:g}"]
+    if eng.stream_interval > 1:
+        flags += ["--stream-interval", str(eng.stream_interval)]
+    if eng.api_server_count > 1 and device != "cpu":  # the CPU build runs the single-process API server
+        flags += ["--api-server-count", str(eng.api_server_count)]
     if eng.data_parallel_size > 1:
         flags += ["--data-parallel-size", str(eng.data_parallel_size)]
     if eng.tensor_parallel_size > 1:

@@ -64,6 +64,24 @@ def oriented_size(image: Image.Image) -> tuple[int, int]:
     return (h, w) if orientation(image) in _SWAPPING_ORIENTATIONS else (w, h)
 
 
+def sendable_as_is(header: Image.Image, file_size: int) -> bool:
+    """Whether a JPEG's own bytes can be sent unchanged: upright, plain RGB or grey, nothing much besides pixels.
+
+    Forwarding such a file skips a re-encode (CPU on the request path) and a second generation of JPEG loss.
+    """
+    # Above one byte a pixel (document JPEGs run ~0.1-0.5) the file carries a large payload besides its
+    # pixels (EXIF thumbnails, ICC, data after the image, a second MPO picture): re-encoding sends the
+    # page alone instead of forwarding megabytes the engine would only parse or discard.
+    if header.format != "JPEG" or header.mode not in {"RGB", "L"} or "transparency" in header.info:
+        return False  # MPO, CMYK/YCCK: re-encoded from the pixels decode_rgb made
+    if file_size > header.width * header.height:
+        return False
+    try:
+        return header.getexif().get(0x0112, 1) == 1
+    except Exception:  # unreadable EXIF: re-encoding drops it rather than leave the engine to read it
+        return False
+
+
 def check_dimensions(what: str, width: int, height: int, *, max_pixels: int, min_side: int,
                      max_aspect_ratio: float) -> None:
     """Refuse sizes the pipeline cannot use, from the header alone (before any pixel is decoded)."""

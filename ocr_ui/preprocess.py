@@ -3,7 +3,8 @@
 The type comes from the content (magic bytes), never from a file name. ``open_document`` is cheap: it
 reads headers and counts PDF pages without rendering, so a thousand-page PDF is refused or accepted at
 once. ``render_page`` decodes or renders one page straight to the size that is sent: a multiple of 32
-on both sides, within the token budget, so the model's processor has nothing left to resize.
+on both sides, within the token budget, so the model's processor has nothing left to resize. A JPEG
+that already fits, upright and plain RGB or grey, is still decoded but sent as its own bytes.
 
 ``python -m ocr_ui.preprocess FILE [--pages 1-3] [--config PATH]`` prints one JSON line per page.
 """
@@ -64,8 +65,8 @@ class Page:
     source_width: int  # the image's own (displayed) size, or the PDF page's size at images.pdf_dpi
     source_height: int
     image_tokens: int  # profiles.image_tokens(width, height, profile)
-    data_url: str  # "data:image/jpeg;base64,..." (never a path or file:// URL)
-    image: Image.Image  # the RGB image sent (previews, drawing boxes)
+    data_url: str  # "data:image/jpeg;base64,..." (never a path or file:// URL); maybe the upload's own JPEG
+    image: Image.Image  # the RGB image sent, decoded (previews, drawing boxes)
 
 
 def sniff(data: bytes) -> str:
@@ -229,16 +230,24 @@ def render_page(data: bytes, doc: Document, number: int, settings: ImageSettings
 
         (w_pt, h_pt), image = pdf_pages.render_page_fitted(data, number, fit)
         source, size = (max(1, round(w_pt * dots)), max(1, round(h_pt * dots))), image.size
+        as_is = False
     else:
-        source = image_pages.oriented_size(image_pages.open_header(data, doc.kind))
+        header = image_pages.open_header(data, doc.kind)
+        source = image_pages.oriented_size(header)
         _check(settings, "The image", *source)
         size = fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
+        # A JPEG already at the size sent goes as it came; size == source, not the decoded size, which a
+        # draft decode at 1/2, 1/4 or 1/8 scale can also bring to the size sent.
+        as_is = (doc.kind == "jpeg" and settings.encode_format == "jpeg" and size == source
+                 and image_pages.sendable_as_is(header, len(data)))
+        # Decoded even when sent as is: a damaged file fails here, in our words, not at the engine.
         image = image_pages.decode_rgb(data, doc.kind, draft_size=size)
         if image.size != size:
             image = image.resize(size, Image.Resampling.LANCZOS)
+    data_url = _data_url("image/jpeg", data) if as_is else encode_data_url(image, settings)
     return Page(number=number, total=len(doc.selected), width=size[0], height=size[1],
                 source_width=source[0], source_height=source[1], image_tokens=image_tokens(*size, profile),
-                data_url=encode_data_url(image, settings), image=image)
+                data_url=data_url, image=image)
 
 
 def iter_pages(data: bytes, settings: ImageSettings, profile: ModelProfile, *, budget_tokens: int,
@@ -259,7 +268,11 @@ def encode_data_url(image: Image.Image, settings: ImageSettings) -> str:
     else:
         image.save(buffer, "PNG", compress_level=3)  # speed over the last percent of size
         mime = "image/png"
-    return f"data:{mime};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
+    return _data_url(mime, buffer.getvalue())
+
+
+def _data_url(mime: str, raw: bytes) -> str:
+    return f"data:{mime};base64,{base64.b64encode(raw).decode('ascii')}"
 
 
 class _OneLineParser(argparse.ArgumentParser):

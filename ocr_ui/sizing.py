@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ocr_ui.config import Settings
+from ocr_ui.config import IN_FLIGHT_HEADROOM, Settings
 from ocr_ui.errors import ConfigError
 from ocr_ui.profiles import get_profile, image_tokens
 
@@ -190,8 +190,9 @@ class Plan:
             f"max_num_batched_tokens {self.max_num_batched_tokens}",
         ]
         if dp > 1:
-            lines.append(f"data parallel: {dp} x {self.max_num_seqs} = {self.total_seqs} requests at once; "
-                         f"set client.max_in_flight to about {self.total_seqs}")
+            lines.append(f"data parallel: {dp} x {self.max_num_seqs} = {self.total_seqs} requests at once")
+        lines.append(f"app: give it engine.max_num_seqs {self.max_num_seqs} too; with client.max_in_flight 0 it "
+                     f"keeps {math.ceil(self.max_num_seqs * IN_FLIGHT_HEADROOM)} pages open per replica")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -33,6 +33,8 @@ setup() {
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site2 .whl/*.whl || return 1
   fi
   $PY -m ocr_ui.shape_checkpoint "$CKPT"
+  # The page every run sends: the synthetic 1024x768 phone photo as JPEG (the app forwards it as is).
+  $PY -c "from ocr_ui.synthetic_pages import page_bytes; open('$W/small.jpg', 'wb').write(page_bytes('small', fmt='jpeg'))"
   $PY -c "import gradio, vllm, openai; print('gradio', gradio.__version__, 'vllm', vllm.__version__, 'openai', openai.__version__)"
   nvidia-smi --query-gpu=index,name,memory.total --format=csv
   # GPU memory samples every second for the whole session: peak memory per phase is read from here.

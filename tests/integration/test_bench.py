@@ -6,16 +6,19 @@ No timing is asserted: the checks are on the shape of the records, the summary a
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
+import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from ocr_ui import bench
+from ocr_ui import bench, bench_procs
 from tests.support.fake_engine import FakeEngine, Reply, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,9 +99,59 @@ def test_a_duration_bounded_level_stops_by_itself(capsys: pytest.CaptureFixture[
     assert summary["requests"] == len(records) >= 2 and summary["ok"] == len(records)
 
 
+def test_a_level_split_over_two_processes_merges_into_one_level(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeEngine() as fe:
+        fe.default = Reply(text="line of text " * 10, token_delay=0.001)
+        code = bench.main(["--url", fe.base_url, "--concurrency", "1,3", "--requests", "7", "--pages", "small,a4",
+                           "--max-tokens", "64", "--procs", "2", "--out", str(tmp_path)])
+        sent = len(fe.requests)
+    assert code == 0
+    records, summaries = lines_of(capsys.readouterr().out)
+    split = [r for r in records if r["concurrency"] == 3]
+    assert [r["index"] for r in split] == list(range(7))  # one numbering across both workers
+    assert Counter(r["worker"] for r in split) == {0: 4, 1: 3}  # 3 in flight and 7 requests: 2+1 and 4+3
+    assert {r["worker"] for r in records if r["concurrency"] == 1} == {0}  # a level of 1 stays in-process
+    assert Counter(r["page"] for r in split) == {"small": 4, "a4": 3}  # the same mix one process sends
+    assert all(r["error"] is None and r["output_tokens"] > 0 for r in split)
+    assert [(s["concurrency"], s["requests"], s["ok"]) for s in summaries] == [(1, 7, 7), (3, 7, 7)]
+    assert sent == 1 + 7 + 7  # the parent's warm-up, then exactly the requested ones
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 14
+    assert json.loads((tmp_path / "summary.json").read_text())["procs"] == 2
+
+
+def _dies(w: int, *share: object) -> None:
+    if w == 0:
+        os._exit(3)  # a hard crash: no report, no traceback
+    bench_procs._worker(w, *share)  # the other worker waits at the start barrier until it is stopped
+
+
+def _fails(w: int, args: object, settings: object, *share: object) -> None:
+    # Worker 0 cannot render its pages (an exception inside the worker); the other waits at the barrier.
+    bench_procs._worker(w, args, None if w == 0 else settings, *share)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    (_dies, "error: load worker 1 of 2 died (exit code 3)"),
+    (_fails, "error: load worker 1 of 2 failed: AttributeError: 'NoneType' object has no attribute"),
+])
+def test_a_failed_worker_fails_the_run_with_one_error_line(entry: object, message: str,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bench, "run_split_level", functools.partial(bench_procs.run_split_level, entry=entry))
+    with FakeEngine() as fe:
+        code = bench.main(["--url", fe.base_url, "--concurrency", "2", "--requests", "2", "--warmup", "0",
+                           "--procs", "2"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err
+
+
 def test_bad_arguments_exit_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--pages", "poster", "--url", "http://127.0.0.1:9/v1"]) == 2
     assert capsys.readouterr().err.strip() == "error: unknown page size poster; choose from small, a4, big"
+    assert bench.main(["--procs", "65"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --procs must be between 1 and 64"
     assert bench.main(["--requests", "0"]) == 2
     with pytest.raises(SystemExit):
         bench.main(["--concurrency", "0"])

@@ -217,7 +217,7 @@ async def test_an_endless_repetition_is_stopped_early_and_trimmed(fake_engine: F
 async def test_health_reports_the_engine_and_the_slots(service: OcrService, fake_engine: FakeEngine) -> None:
     report = await service.health()
     assert report["engine"] == {"up": True, "status": "up", "detail": "The OCR engine is up and serves 'tencent/HunyuanOCR'."}
-    assert report["slots"] == {"in_use": 0, "waiting": 0, "limit": 16}
+    assert report["slots"] == {"in_use": 0, "waiting": 0, "limit": 24}  # engine.max_num_seqs 16 x 1.5
     fake_engine.down()
     assert (await service.health())["engine"]["status"] == "down"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocr_ui.config import DEFAULT_CONFIG_PATH, Settings, iter_keys, load_config, main
+from ocr_ui.config import DEFAULT_CONFIG_PATH, Settings, in_flight_limit, iter_keys, load_config, main
 from ocr_ui.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +88,12 @@ def test_cli_reports_bad_config_with_exit_2(capsys: pytest.CaptureFixture[str], 
     monkeypatch.setenv("OCR_UI__ENGINE__MAX_NUM_SEQS", "0")
     assert main(["vllm-args"]) == 2
     assert capsys.readouterr().err.startswith("error: setting 'engine.max_num_seqs'")
+
+
+def test_in_flight_limit_is_derived_from_the_engine_unless_set() -> None:
+    derived = load_config(None, {"OCR_UI__ENGINE__MAX_NUM_SEQS": "16"})
+    assert in_flight_limit(derived) == 24  # 16 x 1.5: the engine always has the next pages queued
+    assert in_flight_limit(load_config(None, {"OCR_UI__ENGINE__MAX_NUM_SEQS": "5"})) == 8  # rounded up
+    assert in_flight_limit(derived, max_num_seqs=144) == 216
+    fixed = load_config(None, {"OCR_UI__CLIENT__MAX_IN_FLIGHT": "10", "OCR_UI__ENGINE__DATA_PARALLEL_SIZE": "2"})
+    assert in_flight_limit(fixed) == 20  # per replica, times data parallelism

@@ -192,6 +192,14 @@ def test_server_command_runs_the_api_server_module_with_the_rendered_flags(tmp_p
     assert argv[argv.index("--dtype") + 1] == "float32" and "--enforce-eager" in argv
 
 
+def test_gpu_server_command_goes_through_vllm_serve(tmp_path: Path) -> None:
+    # Only `vllm serve` honours --api-server-count and --data-parallel-size.
+    settings = load_config(None, {"OCR_UI__MODEL__PATH": str(tmp_path), "OCR_UI__ENGINE__API_SERVER_COUNT": "2"})
+    argv = engine.server_command("/venv/bin/python", settings, "cuda")
+    assert argv[:4] == ["/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve"]
+    assert argv[argv.index("--api-server-count") + 1] == "2" and argv[argv.index("--model") + 1] == str(tmp_path)
+
+
 def test_server_env_keeps_scratch_files_together_and_stays_offline_for_a_local_checkpoint(tmp_path: Path) -> None:
     settings = load_config(None, {"OCR_UI__MODEL__PATH": str(tmp_path)})
     env = engine.server_env(settings, "cpu", {"PATH": "/bin"}, tmp_path / "scratch")

@@ -63,3 +63,14 @@ def test_parallelism_and_quantization_are_passed_through() -> None:
     s = load_config(None, {"OCR_UI__ENGINE__DATA_PARALLEL_SIZE": "2", "OCR_UI__ENGINE__QUANTIZATION": "fp8"})
     flags = render(s, device="cuda")
     assert _flag(flags, "--data-parallel-size") == "2" and _flag(flags, "--quantization") == "fp8"
+
+
+def test_stream_interval_and_api_servers_are_rendered_only_when_raised() -> None:
+    plain = render(load_config(None, {}), device="cuda")
+    assert "--stream-interval" not in plain and "--api-server-count" not in plain
+    s = load_config(None, {"OCR_UI__ENGINE__STREAM_INTERVAL": "4", "OCR_UI__ENGINE__API_SERVER_COUNT": "3"})
+    flags = render(s, device="cuda")
+    assert _flag(flags, "--stream-interval") == "4" and _flag(flags, "--api-server-count") == "3"
+    # The CPU build runs the single-process API server module, which has no --api-server-count.
+    cpu = render(s, device="cpu")
+    assert _flag(cpu, "--stream-interval") == "4" and "--api-server-count" not in cpu

@@ -93,7 +93,7 @@ def test_data_parallel_sizes_each_replica_and_multiplies_the_total() -> None:
     plan = sizing.plan_for(settings(engine__data_parallel_size=2), gpu_memory_gb=24)
     alone = sizing.plan_for(settings(), gpu_memory_gb=24)
     assert plan.max_num_seqs == alone.max_num_seqs and plan.total_seqs == 2 * alone.max_num_seqs
-    assert f"client.max_in_flight to about {plan.total_seqs}" in plan.explain()
+    assert f"data parallel: 2 x {plan.max_num_seqs} = {plan.total_seqs} requests at once" in plan.explain()
 
 
 def test_float32_doubles_kv_bytes_per_token() -> None:
