@@ -77,13 +77,23 @@ def share_link(settings: Settings, server: uvicorn.Server) -> None:
     log.warning("public share link (anyone with it can use the app): %s", url)
 
 
+def configure_logging(settings: Settings) -> None:
+    """The app's log format and level; the HTTP client's per-call lines only at debug."""
+    logging.basicConfig(level=settings.app.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx2 logs every engine call and every /metrics poll (once a second) at INFO: noise that buries
+    # the app's own request lines under load.
+    quiet = logging.DEBUG if settings.app.log_level == "debug" else logging.WARNING
+    for name in ("httpx2", "httpcore2", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(quiet)
+
+
 def main() -> int:
     try:
         settings = load_from_process()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.app.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.app.host, port=settings.app.port, log_level=settings.app.log_level,
                             root_path=settings.app.root_path, timeout_graceful_shutdown=10)

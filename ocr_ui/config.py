@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     va.add_argument("--auto", action="store_true", help="size max-num-seqs and friends from the GPU's memory")
     va.add_argument("--explain", action="store_true", help="print the sizing arithmetic (to stderr)")
     va.add_argument("--gpu-memory-gb", type=float, default=None, help="assume this much GPU memory instead of asking nvidia-smi")
+    va.add_argument("--cpus", type=int, default=None, help="with --auto: plan API servers for this many CPU cores (default: this machine's)")
     va.add_argument("--shell", action="store_true", help="one shell-quoted line instead of one flag per line")
     sub.add_parser("show", help="print the effective settings as JSON (secrets masked)")
     sub.add_parser("docs", help="print the Markdown table of every setting")
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from ocr_ui import engine_args
 
-            flags = engine_args.render(settings, auto=args.auto, gpu_memory_gb=args.gpu_memory_gb,
+            flags = engine_args.render(settings, auto=args.auto, gpu_memory_gb=args.gpu_memory_gb, cpu_count=args.cpus,
                                        explain=sys.stderr if args.explain else None)
             if args.shell:
                 import shlex

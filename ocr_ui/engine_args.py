@@ -28,18 +28,20 @@ def revision_for(settings: Settings) -> str:
     return PROFILE_REVISIONS[settings.model.profile]
 
 
-def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | None = None,
+def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | None = None, cpu_count: int | None = None,
            explain: TextIO | None = None, device: str | None = None) -> list[str]:
     """The flags after ``vllm serve`` (``python -m vllm.entrypoints.openai.api_server`` on CPU), one list item per token."""
     eng = settings.engine
     max_num_seqs, batched, model_len = eng.max_num_seqs, eng.max_num_batched_tokens, eng.max_model_len
+    api_servers, interval = eng.api_server_count, eng.stream_interval
     if auto:
         from ocr_ui import sizing
 
-        plan = sizing.plan_for(settings, gpu_memory_gb=gpu_memory_gb)
+        plan = sizing.plan_for(settings, gpu_memory_gb=gpu_memory_gb, cpu_count=cpu_count)
         if explain is not None:
             explain.write(plan.explain() + "\n")
         max_num_seqs, batched, model_len = plan.max_num_seqs, plan.max_num_batched_tokens, plan.max_model_len
+        api_servers, interval = plan.api_server_count, plan.stream_interval
     device = device or eng.device
     flags = [
         "--model", settings.model.path,
@@ -63,10 +65,10 @@ def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | Non
         flags += ["--load-format", settings.model.load_format]
     if device != "cpu":
         flags += ["--gpu-memory-utilization", f"{eng.gpu_memory_utilization:g}"]
-    if eng.stream_interval > 1:
-        flags += ["--stream-interval", str(eng.stream_interval)]
-    if eng.api_server_count > 1 and device != "cpu":  # the CPU build runs the single-process API server
-        flags += ["--api-server-count", str(eng.api_server_count)]
+    if interval > 1:
+        flags += ["--stream-interval", str(interval)]
+    if api_servers > 1 and device != "cpu":  # the CPU build runs the single-process API server
+        flags += ["--api-server-count", str(api_servers)]
     if eng.data_parallel_size > 1:
         flags += ["--data-parallel-size", str(eng.data_parallel_size)]
     if eng.tensor_parallel_size > 1:

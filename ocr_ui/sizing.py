@@ -1,5 +1,8 @@
 """Size the engine to the card: max_num_seqs, max_num_batched_tokens and max_model_len from GPU memory.
 
+On a big card (many running requests) it also sizes vLLM's front end: API-server processes from the
+CPU cores and a stream interval of a few tokens, because there the API server is the first ceiling.
+
 vLLM pre-allocates its KV cache to ``gpu_memory_utilization``, so an engine never runs out of memory
 for KV; it preempts (recomputes) requests instead, which is slow. The plan picks the largest number of
 running requests whose *worst case* (a full ``max_model_len`` each: a max_side page, the prompt and
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -47,6 +51,13 @@ ACT_BYTES_PER_BATCHED_TOKEN = 96 * 1024
 MAX_SEQS_PER_REPLICA = 256  # beyond this vLLM's scheduler and the API server gain little (see the H200 notes)
 MAX_BATCHED_TOKENS = 32768
 LARGE_CARD_GIB = 40.0  # from here on each step may prefill two full pages
+# From this many running requests per replica one vLLM API-server process, not the GPU, is the first
+# ceiling (H200, 144 running: 15.3 req/s with the GPU busy 37 % of the time; 4 API servers 20.7;
+# plus 8-token stream chunks 21-25; docs/benchmarks.md). Below it the defaults stand.
+FRONTEND_BOUND_SEQS = 64
+CORES_PER_API_SERVER = 8  # each API server decodes images and streams answers; leave cores to the rest
+MAX_API_SERVERS = 4  # the most that was measured
+BUSY_STREAM_INTERVAL = 8  # ~ what the app's 50 ms flush groups anyway at the decode speeds measured
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,9 @@ class Plan:
     shape: ModelShape
     dtype_bytes: int
     fp8: bool
+    api_server_count: int = 1
+    stream_interval: int = 1
+    cpu_count: int = 1
     notes: tuple[str, ...] = ()
 
     @property
@@ -191,6 +205,14 @@ class Plan:
         ]
         if dp > 1:
             lines.append(f"data parallel: {dp} x {self.max_num_seqs} = {self.total_seqs} requests at once")
+        if self.max_num_seqs >= FRONTEND_BOUND_SEQS:
+            lines.append(f"frontend: {self.max_num_seqs} >= {FRONTEND_BOUND_SEQS} running requests outrun one API "
+                         f"server -> api_server_count min({MAX_API_SERVERS}, {self.cpu_count} cores // "
+                         f"{CORES_PER_API_SERVER}) = {self.api_server_count}, stream_interval {self.stream_interval} "
+                         "(the first token still goes at once)")
+        else:
+            lines.append(f"frontend: {self.max_num_seqs} running requests: one API server keeps up -> "
+                         f"api_server_count {self.api_server_count}, stream_interval {self.stream_interval}")
         lines.append(f"app: give it engine.max_num_seqs {self.max_num_seqs} too; with client.max_in_flight 0 it "
                      f"keeps {math.ceil(self.max_num_seqs * IN_FLIGHT_HEADROOM)} pages open per replica")
         lines += [f"note: {n}" for n in self.notes]
@@ -202,8 +224,11 @@ def _round_up(value: int, step: int) -> int:
 
 
 def plan_for(settings: Settings, gpu_memory_gb: float | None = None, *,
-             query: Callable[[], list[float]] = query_gpu_memory_gib) -> Plan:
-    """Size the engine for a card of ``gpu_memory_gb`` GiB (per GPU), else what nvidia-smi reports."""
+             query: Callable[[], list[float]] = query_gpu_memory_gib, cpu_count: int | None = None) -> Plan:
+    """Size the engine for a card of ``gpu_memory_gb`` GiB (per GPU), else what nvidia-smi reports.
+
+    ``cpu_count`` (default: this machine's) sets how many API-server processes a big card gets.
+    """
     eng, profile = settings.engine, get_profile(settings.model.profile)
     dp, tp = eng.data_parallel_size, eng.tensor_parallel_size
     notes: list[str] = []
@@ -242,11 +267,18 @@ def plan_for(settings: Settings, gpu_memory_gb: float | None = None, *,
             f"({model_len * kv_per_token / GIB:.2f} GiB) but {max(kv_gib, 0):.2f} GiB are left after weights "
             f"({weight:.2f} GiB) and reserve ({reserve:.2f} GiB). Lower generation.max_tokens_cap or "
             f"images.max_side, or raise engine.gpu_memory_utilization.")
+    seqs = min(MAX_SEQS_PER_REPLICA, fits)
+    cpus = max(1, cpu_count or os.cpu_count() or 1)
+    api_servers, interval = eng.api_server_count, eng.stream_interval
+    if seqs >= FRONTEND_BOUND_SEQS:
+        api_servers = min(MAX_API_SERVERS, max(1, cpus // CORES_PER_API_SERVER))
+        interval = BUSY_STREAM_INTERVAL
     return Plan(
-        max_num_seqs=min(MAX_SEQS_PER_REPLICA, fits), max_num_batched_tokens=batched, max_model_len=model_len,
+        max_num_seqs=seqs, max_num_batched_tokens=batched, max_model_len=model_len,
         gpu_memory_gib=memory, memory_source=source, utilization=eng.gpu_memory_utilization, weight_gib=weight,
         reserve_gib=reserve, kv_gib=kv_gib, kv_bytes_per_token=kv_per_token, kv_tokens=kv_tokens, page_tokens=page,
         max_side=max_side, prompt_tokens=PROMPT_TOKENS, max_tokens=settings.generation.max_tokens_cap,
         need_tokens=need, fits_seqs=fits, data_parallel=dp, tensor_parallel=tp, shape=shape,
-        dtype_bytes=dtype_bytes, fp8=fp8, notes=tuple(notes),
+        dtype_bytes=dtype_bytes, fp8=fp8, api_server_count=api_servers, stream_interval=interval, cpu_count=cpus,
+        notes=tuple(notes),
     )

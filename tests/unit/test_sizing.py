@@ -180,3 +180,24 @@ def test_the_config_cli_refuses_a_tiny_card_with_exit_status_2() -> None:
     done = subprocess.run([sys.executable, "-m", "ocr_ui.config", "vllm-args", "--auto", "--gpu-memory-gb", "3"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2 and done.stderr.startswith("error: a 3 GiB card cannot hold one full request")
+
+
+def test_a_big_card_gets_api_servers_from_its_cores_and_8_token_stream_chunks() -> None:
+    big = sizing.plan_for(settings(), gpu_memory_gb=H200_GIB, cpu_count=32)
+    assert big.max_num_seqs >= sizing.FRONTEND_BOUND_SEQS
+    assert (big.api_server_count, big.stream_interval) == (4, 8)
+    assert "api_server_count min(4, 32 cores // 8) = 4, stream_interval 8" in big.explain()
+    assert sizing.plan_for(settings(), gpu_memory_gb=H200_GIB, cpu_count=12).api_server_count == 1
+    assert sizing.plan_for(settings(), gpu_memory_gb=H200_GIB, cpu_count=128).api_server_count == 4
+    flags = engine_args.render(settings(), auto=True, gpu_memory_gb=H200_GIB, cpu_count=32, device="cuda")
+    assert flags[flags.index("--api-server-count") + 1] == "4" and flags[flags.index("--stream-interval") + 1] == "8"
+
+
+def test_a_small_card_keeps_one_api_server_and_the_configured_stream_interval() -> None:
+    small = sizing.plan_for(settings(), gpu_memory_gb=24, cpu_count=64)
+    assert small.max_num_seqs < sizing.FRONTEND_BOUND_SEQS
+    assert (small.api_server_count, small.stream_interval) == (1, 1)
+    tuned = sizing.plan_for(settings(engine__stream_interval=3), gpu_memory_gb=24, cpu_count=64)
+    assert tuned.stream_interval == 3
+    flags = engine_args.render(settings(), auto=True, gpu_memory_gb=24, cpu_count=64, device="cuda")
+    assert "--api-server-count" not in flags and "--stream-interval" not in flags
