@@ -85,11 +85,20 @@ def page_dict(page: Any, preset_output: str) -> dict[str, Any]:
     """One page of the answer; spotting pages carry boxes in source pixels (``box``) and 0-1000 (``box_norm``)."""
     out: dict[str, Any] = {"page": page.number, "status": page.status, "text": page.text, "error": page.error,
                            "error_code": page.error_code, "finish_reason": page.finish_reason,
-                           "output_tokens": page.output_tokens}  # streamed lines are coalesced: they count no tokens
+                           "output_tokens": page.output_tokens,  # streamed lines are coalesced: they count no tokens
+                           "image_tokens": page.image_tokens or None, "degraded": page.degraded,
+                           "timings": _timings(page)}
     if preset_output == "spotting" and page.text:
         # Boxes are relative to the original page, so they are scaled to its size, not to the size sent.
         out["boxes"] = boxes_to_dicts(parse_spotting(page.text), page.source_width or 1000, page.source_height or 1000)
     return out
+
+
+def _timings(page: Any) -> dict[str, float]:
+    """Where the page's time went, in seconds (ms precision); a phase it never reached is left out."""
+    phases = {"render_s": page.render_s, "queue_wait_s": page.queue_wait_s, "ttft_s": page.ttft_s,
+              "elapsed_s": page.elapsed_s}
+    return {name: round(value, 3) for name, value in phases.items() if value is not None}
 
 
 def final_answer(update: Any, preset_output: str) -> dict[str, Any]:

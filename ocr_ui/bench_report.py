@@ -24,7 +24,8 @@ class Record:
     started_s: float  # since the level began
     latency_s: float | None = None
     ttft_s: float | None = None
-    queue_wait_s: float | None = None
+    queue_wait_s: float | None = None  # through the app: held by admission + waiting for an engine slot
+    render_s: float | None = None  # through the app: the app preparing the page (decode, resize, encode)
     output_tokens: int | None = None
     image_tokens: int | None = None
     error: str | None = None  # an error code (engine_timeout, http_503, ...) or None
@@ -34,7 +35,7 @@ class Record:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, with times rounded to the millisecond."""
         out = asdict(self)
-        for key in ("started_s", "latency_s", "ttft_s", "queue_wait_s"):
+        for key in ("started_s", "latency_s", "ttft_s", "queue_wait_s", "render_s"):
             if out[key] is not None:
                 out[key] = round(out[key], 4)
         return out
@@ -61,6 +62,7 @@ def summarize(records: list[Record], concurrency: int, wall_s: float) -> dict[st
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     latency = [r.latency_s for r in ok if r.latency_s is not None]
     wait = [r.queue_wait_s for r in ok if r.queue_wait_s is not None]
+    render = [r.render_s for r in ok if r.render_s is not None]
     wall = max(wall_s, 1e-9)
     return {
         "concurrency": concurrency, "requests": len(records), "ok": len(ok), "errors": len(records) - len(ok),
@@ -71,6 +73,7 @@ def summarize(records: list[Record], concurrency: int, wall_s: float) -> dict[st
         "ttft_p50_ms": _ms(percentile(ttft, 50)), "ttft_p95_ms": _ms(percentile(ttft, 95)),
         "latency_p50_ms": _ms(percentile(latency, 50)), "latency_p95_ms": _ms(percentile(latency, 95)),
         "queue_wait_p50_ms": _ms(percentile(wait, 50)), "queue_wait_p95_ms": _ms(percentile(wait, 95)),
+        "render_p50_ms": _ms(percentile(render, 50)), "render_p95_ms": _ms(percentile(render, 95)),
     }
 
 

@@ -153,7 +153,9 @@ class AppTarget:
             record.error, record.detail = first.get("error_code") or "page_failed", str(first.get("error"))[:200]
         # The app reports tokens and waits per page when it knows them; else count streamed deltas.
         record.output_tokens = first.get("output_tokens") or deltas
-        record.queue_wait_s = first.get("queue_wait_s")
+        timings = first.get("timings") or {}
+        record.queue_wait_s = timings.get("queue_wait_s")
+        record.render_s = timings.get("render_s")
         record.image_tokens = first.get("image_tokens")
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -196,9 +196,12 @@ class EngineClient:
         return await open_chat_stream(self._openai, body, {"X-Request-Id": request_id})
 
     async def stream(self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: dict[str, Any],
-                     extra_body: dict[str, Any], request_id: str,
-                     priority: int = 0) -> AsyncGenerator[Chunk, None]:
-        """Stream one answer; the last chunk has ``finish_reason``. Close it (aclosing) to abort upstream."""
+                     extra_body: dict[str, Any], request_id: str, priority: int = 0,
+                     on_sent: Callable[[float], None] | None = None) -> AsyncGenerator[Chunk, None]:
+        """Stream one answer; the last chunk has ``finish_reason``. Close it (aclosing) to abort upstream.
+
+        ``on_sent(seconds)`` is called when a slot was free and the request leaves, with the time waited.
+        """
         c = self.settings.client
         queued = time.monotonic()
         started = False
@@ -208,6 +211,8 @@ class EngineClient:
             sent = time.monotonic()
             if self.metrics:
                 self.metrics.observe_queue_wait(sent - queued)
+            if on_sent is not None:
+                on_sent(sent - queued)
             deadline = asyncio.get_running_loop().time() + c.total_timeout_s
             try:
                 with self.metrics.in_flight() if self.metrics else contextlib.nullcontext():

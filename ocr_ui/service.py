@@ -79,6 +79,8 @@ class PageResult:
     elapsed_s: float | None = None
     trimmed: bool = False
     degraded: bool = False
+    render_s: float | None = None  # decoding / rendering and encoding the page
+    queue_wait_s: float | None = None  # held by admission control plus waiting for an engine slot
 
 
 @dataclass
@@ -104,6 +106,10 @@ class _Job:
 
     def update(self, current: int, done: bool = False) -> JobUpdate:
         return JobUpdate(self.request.request_id, list(self.pages), current, len(self.pages), done)
+
+
+def _set_queue_wait(result: PageResult, seconds: float) -> None:
+    result.queue_wait_s = seconds
 
 
 class OcrService:
@@ -169,17 +175,20 @@ class OcrService:
         try:
             yield job.update(index)
             page = await self._render(job, result.number, None)
+            result.render_s = time.monotonic() - t0
             async with AsyncExitStack() as stack:
                 max_tokens, priority = job.max_tokens, 0
                 decision = None
+                held = time.monotonic()
                 if self.admission is not None:
                     decision = await stack.enter_async_context(self.admission.admit(page.image_tokens))
                     priority = decision.priority
-                    if decision.degraded:
-                        result.degraded = True
-                        max_tokens = min(max_tokens, decision.max_tokens)
-                        if max(page.width, page.height) > decision.max_side:
-                            page = await self._render(job, result.number, decision.max_side)
+                held = time.monotonic() - held
+                if decision is not None and decision.degraded:
+                    result.degraded = True
+                    max_tokens = min(max_tokens, decision.max_tokens)
+                    if max(page.width, page.height) > decision.max_side:
+                        page = await self._render(job, result.number, decision.max_side)
                 result.width, result.height = page.width, page.height
                 result.source_width, result.source_height = page.source_width, page.source_height
                 result.image_tokens = page.image_tokens
@@ -190,7 +199,8 @@ class OcrService:
                 stream = self.client.stream(
                     build_messages(job.profile, job.prompt, page.data_url), max_tokens=max_tokens,
                     sampling=sampling, extra_body=extra_body,
-                    request_id=f"{job.request.request_id}-p{result.number}", priority=priority)
+                    request_id=f"{job.request.request_id}-p{result.number}", priority=priority,
+                    on_sent=lambda waited: _set_queue_wait(result, held + waited))
                 guard = RepetitionGuard(s.generation)
                 async with aclosing(stream) as chunks:
                     async for chunk in chunks:

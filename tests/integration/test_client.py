@@ -105,7 +105,8 @@ async def test_six_parallel_streams_never_exceed_max_in_flight_at_the_engine(fak
     finally:
         await client.close()
     assert [r[-1].finish_reason for r in results] == ["stop"] * 6
-    assert fake_engine.completed == 6
+    # Counted once the fake's handler has finished writing, a moment after the client read the answer.
+    assert await asyncio.to_thread(fake_engine.wait_until, lambda: fake_engine.completed == 6)
     assert fake_engine.peak_in_flight == 2
     assert client.slots.in_use == 0
 

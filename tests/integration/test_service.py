@@ -201,7 +201,25 @@ async def test_six_parallel_jobs_never_exceed_max_in_flight_at_the_engine(fake_e
     finally:
         await client.close()
     assert all(f.pages[0].status == "done" for f in finals)
-    assert fake_engine.completed == 6 and fake_engine.peak_in_flight == 2
+    assert await asyncio.to_thread(fake_engine.wait_until, lambda: fake_engine.completed == 6)  # counted after writing
+    assert fake_engine.peak_in_flight == 2
+
+
+async def test_each_page_reports_where_its_time_went_including_the_wait_for_a_slot(fake_engine: FakeEngine) -> None:
+    settings = settings_for(fake_engine, client={"max_in_flight": 1, "max_retries": 0})
+    fake_engine.default = Reply(first_token_delay=0.3)
+    client = EngineClient(settings)
+    service = OcrService(settings, client)
+    try:
+        finals = await asyncio.gather(*(
+            service.run_to_end(OcrRequest(data=png_bytes(300 + i, 300), preset="text")) for i in range(2)))
+    finally:
+        await client.close()
+    pages = sorted((f.pages[0] for f in finals), key=lambda p: p.queue_wait_s or 0.0)
+    assert all(p.status == "done" and p.render_s is not None and p.render_s >= 0 for p in pages)
+    # One slot: the second page waited for the whole first answer (at least its 0.3 s first-token delay).
+    assert (pages[0].queue_wait_s or 0.0) < 0.2 and (pages[1].queue_wait_s or 0.0) >= 0.25
+    assert all((p.ttft_s or 0.0) >= (p.queue_wait_s or 0.0) for p in pages)  # ttft counts from the page's start
 
 
 async def test_an_endless_repetition_is_stopped_early_and_trimmed(fake_engine: FakeEngine, service: OcrService) -> None:

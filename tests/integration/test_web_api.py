@@ -103,6 +103,12 @@ def test_api_streams_ndjson_deltas_that_add_up_to_the_final_text(api: TestClient
     assert "".join(deltas) == text
     assert events[-1]["event"] == "done" and events[-1]["pages"][0]["text"] == text
     assert next(e["status"] for e in events if e["event"] == "page") == "queued"
+    # The answer says where the page's time went (the load test reads queue wait and render time here).
+    done = events[-1]["pages"][0]
+    assert done["image_tokens"] > 0 and done["degraded"] is False
+    timings = done["timings"]
+    assert set(timings) == {"render_s", "queue_wait_s", "ttft_s", "elapsed_s"}
+    assert 0 <= timings["render_s"] <= timings["ttft_s"] <= timings["elapsed_s"]
 
 
 def test_a_fast_stream_is_coalesced_into_few_lines_with_the_first_text_at_once(fake_engine: FakeEngine,

@@ -58,6 +58,8 @@ def e2e_settings(model_dir: Path, port: int, **overrides: str) -> Settings:
         "OCR_UI__ENGINE__CPU_KV_CACHE_GB": "1",
         "OCR_UI__CLIENT__MAX_IN_FLIGHT": str(IN_FLIGHT_LIMIT),
         "OCR_UI__CLIENT__IDLE_TIMEOUT_S": "60",
+        # The CPU engine shares two cores with the tests: its API server may take seconds to accept.
+        "OCR_UI__CLIENT__CONNECT_TIMEOUT_S": "30",
         "OCR_UI__CLIENT__TOTAL_TIMEOUT_S": "120",
         "OCR_UI__CLIENT__MAX_RETRIES": "0",
         "OCR_UI__ADMISSION__ENABLED": "false",
