@@ -18,8 +18,9 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -66,7 +67,12 @@ class Page:
     source_height: int
     image_tokens: int  # profiles.image_tokens(width, height, profile)
     data_url: str  # "data:image/jpeg;base64,..." (never a path or file:// URL); maybe the upload's own JPEG
-    image: Image.Image  # the RGB image sent, decoded (previews, drawing boxes)
+    load_image: Callable[[], Image.Image] = field(repr=False, compare=False)  # see ``image``
+
+    @cached_property
+    def image(self) -> Image.Image:
+        """The RGB image sent (previews, drawing boxes); a JPEG sent as is is decoded on first use only."""
+        return self.load_image()
 
 
 def sniff(data: bytes) -> str:
@@ -230,24 +236,41 @@ def render_page(data: bytes, doc: Document, number: int, settings: ImageSettings
 
         (w_pt, h_pt), image = pdf_pages.render_page_fitted(data, number, fit)
         source, size = (max(1, round(w_pt * dots)), max(1, round(h_pt * dots))), image.size
-        as_is = False
+        data_url = encode_data_url(image, settings)
+        load: Callable[[], Image.Image] = partial(_same, image)
     else:
-        header = image_pages.open_header(data, doc.kind)
-        source = image_pages.oriented_size(header)
-        _check(settings, "The image", *source)
-        size = fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
-        # A JPEG already at the size sent goes as it came; size == source, not the decoded size, which a
-        # draft decode at 1/2, 1/4 or 1/8 scale can also bring to the size sent.
-        as_is = (doc.kind == "jpeg" and settings.encode_format == "jpeg" and size == source
-                 and image_pages.sendable_as_is(header, len(data)))
-        # Decoded even when sent as is: a damaged file fails here, in our words, not at the engine.
-        image = image_pages.decode_rgb(data, doc.kind, draft_size=size)
-        if image.size != size:
-            image = image.resize(size, Image.Resampling.LANCZOS)
-    data_url = _data_url("image/jpeg", data) if as_is else encode_data_url(image, settings)
+        source, size, data_url, load = _image_page(data, doc.kind, settings, profile, budget_tokens, side)
     return Page(number=number, total=len(doc.selected), width=size[0], height=size[1],
                 source_width=source[0], source_height=source[1], image_tokens=image_tokens(*size, profile),
-                data_url=data_url, image=image)
+                data_url=data_url, load_image=load)
+
+
+_Size = tuple[int, int]
+
+
+def _image_page(data: bytes, kind: str, settings: ImageSettings, profile: ModelProfile, budget_tokens: int,
+                side: int) -> tuple[_Size, _Size, str, Callable[[], Image.Image]]:
+    """An image file's page: (source size, size sent, data URL, how to get the decoded image)."""
+    header = image_pages.open_header(data, kind)
+    source = image_pages.oriented_size(header)
+    _check(settings, "The image", *source)
+    size = fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
+    # A JPEG already at the size sent goes as it came; size == source, not the decoded size, which a
+    # draft decode at 1/2, 1/4 or 1/8 scale can also bring to the size sent.
+    if (kind == "jpeg" and settings.encode_format == "jpeg" and size == source
+            and image_pages.sendable_as_is(header, len(data))):
+        # Checked even when sent as is: a damaged file fails here, in our words, not at the engine. The
+        # API path never looks at the pixels, so the full decode waits for whoever asks for page.image.
+        image_pages.check_decodes(data, kind)
+        return source, size, _data_url("image/jpeg", data), partial(image_pages.decode_rgb, data, kind)
+    image = image_pages.decode_rgb(data, kind, draft_size=size)
+    if image.size != size:
+        image = image.resize(size, Image.Resampling.LANCZOS)
+    return source, size, encode_data_url(image, settings), partial(_same, image)
+
+
+def _same(image: Image.Image) -> Image.Image:
+    return image
 
 
 def iter_pages(data: bytes, settings: ImageSettings, profile: ModelProfile, *, budget_tokens: int,

@@ -65,7 +65,7 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -
 def _bench(target: str, url: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, object]:
     cmd = [sys.executable, "-m", "ocr_ui.bench", "--target", target, "--url", url, "--concurrency",
            str(args.concurrency), "--requests", str(args.requests), "--max-tokens", str(args.chunks),
-           "--ignore-eos", "--quiet", "--warmup", str(args.concurrency)]
+           "--ignore-eos", "--quiet", "--warmup", str(args.concurrency)] + (["--files", args.file] if args.file else [])
     out = subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     return next(json.loads(line)["summary"] for line in out.splitlines() if line.startswith('{"summary"'))
 
@@ -85,6 +85,7 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=160, help="measured requests per target (default 160)")
     p.add_argument("--concurrency", type=int, default=16, help="clients at once (default 16)")
     p.add_argument("--chunks", type=int, default=256, help="streamed chunks per answer = max_tokens (default 256)")
+    p.add_argument("--file", default=None, help="send this file instead of the synthetic small PNG page")
     p.add_argument("--profile", default=None, help="run the app under cProfile and write the stats here")
     p.add_argument("--serve-fake", default=None, help=argparse.SUPPRESS)  # internal: the engine child
     args = p.parse_args()
@@ -128,6 +129,7 @@ def main() -> int:
             "concurrency": args.concurrency, "requests": args.requests, "chunks_per_request": args.chunks,
             "engine_req_s": engine["req_per_s"], "app_req_s": through_app["req_per_s"],
             "app_ttft_p50_ms": through_app["ttft_p50_ms"], "engine_ttft_p50_ms": engine["ttft_p50_ms"],
+            "app_render_p50_ms": through_app.get("render_p50_ms"),
             "app_errors": through_app["errors"], "app_cpu_s": round(cpu_s, 2), "app_cpu_wall_s": round(wall, 2),
             "app_cpu_us_per_chunk": round(cpu_s / chunks * 1e6, 1),
         }

@@ -99,3 +99,22 @@ def test_a_truncated_jpeg_that_would_otherwise_be_forwarded_is_still_refused_as_
     assert sent(only_page(data)) == data  # the whole file is forwarded...
     with pytest.raises(errors.CorruptFile, match="JPEG file is damaged"):
         only_page(corpus.truncated(data, 0.6))  # ...its first 60% is not
+
+
+def test_a_forwarded_jpeg_is_decoded_in_full_only_when_its_pixels_are_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocr_ui import image_pages
+
+    calls: list[int] = []
+    real = image_pages.decode_rgb
+
+    def counting(*args: object, **kwargs: object) -> Image.Image:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(image_pages, "decode_rgb", counting)
+    forwarded = only_page(corpus.jpeg_bytes(640, 480))
+    assert calls == []  # the API path sends the bytes and never needs the pixels
+    assert forwarded.image.size == (640, 480) and forwarded.image is forwarded.image  # decoded once, kept
+    assert calls == [1]
+    only_page(corpus.png_bytes(640, 480))  # re-encoded pages are decoded at once, as before
+    assert calls == [1, 1]
