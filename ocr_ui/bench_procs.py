@@ -1,7 +1,8 @@
 """``--procs N``: one concurrency level of the load test spread over N worker processes.
 
-One Python load process tops out near 5,000 streamed chunks/s (H200 host), which hides the engine's
-capacity at high concurrency. Each worker builds its own target and runs ``bench.run_level`` on its
+One Python load process is one core: with typed SDK chunks it topped out near 5,000 streamed chunks/s
+on the H200 host, which hid the engine's capacity at high concurrency (plain-dict chunks cost less, but
+the ceiling is still there). Each worker builds its own target and runs ``bench.run_level`` on its
 share of the level; all pass one start barrier, and the level's wall time runs from the earliest
 worker start to the last worker end. The records come back to the parent, which prints and writes
 them as it does for a 1-process level.

@@ -1,7 +1,7 @@
 """The engine client: one ``openai.AsyncOpenAI`` per process, streaming with limits and timeouts.
 
-Every request holds a slot of ``client.max_in_flight`` (see :func:`in_flight_limit`) for its whole life. Timeouts are split by phase:
-``connect`` to open a connection, ``idle`` as the longest silence between chunks (the openai read
+Every request holds one of ``config.in_flight_limit`` slots for its whole life. Timeouts are split by
+phase: ``connect`` to open a connection, ``idle`` as the longest silence between chunks (the openai read
 timeout, which also covers the engine's queue and prefill), and ``total`` as an absolute deadline for
 the page (``asyncio.timeout_at`` around each wait, never across a ``yield``, so the deadline cannot
 fire inside the consumer's code). Every openai/httpx2 failure is translated into the ``BackendError``

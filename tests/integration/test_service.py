@@ -190,31 +190,29 @@ async def test_an_engine_that_is_down_fails_every_remaining_page_with_the_same_m
     assert len({p.error for p in final.pages}) == 1 and "not reachable" in (final.pages[0].error or "")
 
 
-async def test_six_parallel_jobs_never_exceed_max_in_flight_at_the_engine(fake_engine: FakeEngine) -> None:
-    settings = settings_for(fake_engine, client={"max_in_flight": 2, "max_retries": 0})
-    fake_engine.default = Reply(token_delay=0.005)
+async def _parallel_jobs(fake_engine: FakeEngine, max_in_flight: int, jobs: int) -> list[JobUpdate]:
+    """``jobs`` one-page jobs at once through a service whose client keeps ``max_in_flight`` open."""
+    settings = settings_for(fake_engine, client={"max_in_flight": max_in_flight, "max_retries": 0})
     client = EngineClient(settings)
     service = OcrService(settings, client)
     try:
-        finals = await asyncio.gather(*(
-            service.run_to_end(OcrRequest(data=png_bytes(300 + i, 300), preset="text")) for i in range(6)))
+        return await asyncio.gather(*(
+            service.run_to_end(OcrRequest(data=png_bytes(300 + i, 300), preset="text")) for i in range(jobs)))
     finally:
         await client.close()
+
+
+async def test_six_parallel_jobs_never_exceed_max_in_flight_at_the_engine(fake_engine: FakeEngine) -> None:
+    fake_engine.default = Reply(token_delay=0.005)
+    finals = await _parallel_jobs(fake_engine, max_in_flight=2, jobs=6)
     assert all(f.pages[0].status == "done" for f in finals)
     assert await asyncio.to_thread(fake_engine.wait_until, lambda: fake_engine.completed == 6)  # counted after writing
     assert fake_engine.peak_in_flight == 2
 
 
 async def test_each_page_reports_where_its_time_went_including_the_wait_for_a_slot(fake_engine: FakeEngine) -> None:
-    settings = settings_for(fake_engine, client={"max_in_flight": 1, "max_retries": 0})
     fake_engine.default = Reply(first_token_delay=0.3)
-    client = EngineClient(settings)
-    service = OcrService(settings, client)
-    try:
-        finals = await asyncio.gather(*(
-            service.run_to_end(OcrRequest(data=png_bytes(300 + i, 300), preset="text")) for i in range(2)))
-    finally:
-        await client.close()
+    finals = await _parallel_jobs(fake_engine, max_in_flight=1, jobs=2)
     pages = sorted((f.pages[0] for f in finals), key=lambda p: p.queue_wait_s or 0.0)
     assert all(p.status == "done" and p.render_s is not None and p.render_s >= 0 for p in pages)
     # One slot: the second page waited for the whole first answer (at least its 0.3 s first-token delay).
