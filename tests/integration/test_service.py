@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
@@ -15,6 +16,7 @@ from ocr_ui.config import Settings
 from ocr_ui.errors import EmptyFile, InvalidOptions
 from ocr_ui.prompts import TaskOptions
 from ocr_ui.service import JobUpdate, OcrRequest, OcrService
+from tests.support import corpus
 from tests.support.fake_engine import FakeEngine, Reply, default_text, settings_for
 
 pytestmark = pytest.mark.anyio
@@ -218,6 +220,28 @@ async def test_each_page_reports_where_its_time_went_including_the_wait_for_a_sl
     # One slot: the second page waited for the whole first answer (at least its 0.3 s first-token delay).
     assert (pages[0].queue_wait_s or 0.0) < 0.2 and (pages[1].queue_wait_s or 0.0) >= 0.25
     assert all((p.ttft_s or 0.0) >= (p.queue_wait_s or 0.0) for p in pages)  # ttft counts from the page's start
+
+
+async def test_a_jpeg_sent_as_is_is_prepared_on_the_event_loop_and_other_pages_in_a_thread(
+        fake_engine: FakeEngine, service: OcrService, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from ocr_ui import preprocess
+
+    threads: list[str] = []
+    real = preprocess.render_page
+
+    def recording(*args: Any, **kwargs: Any) -> preprocess.Page:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(preprocess, "render_page", recording)
+    loop_thread = threading.current_thread().name
+    for data in (corpus.jpeg_bytes(640, 480), png_bytes()):
+        final = await service.run_to_end(OcrRequest(data=data, preset="text"))
+        assert final.pages[0].status == "done"
+    # A ~1 ms job waited tens of ms for the GIL in a thread under load; a PNG is re-encoded off the loop.
+    assert threads[0] == loop_thread and threads[1] != loop_thread
 
 
 async def test_an_endless_repetition_is_stopped_early_and_trimmed(fake_engine: FakeEngine, service: OcrService) -> None:

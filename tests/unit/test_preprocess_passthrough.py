@@ -118,3 +118,18 @@ def test_a_forwarded_jpeg_is_decoded_in_full_only_when_its_pixels_are_asked_for(
     assert calls == [1]
     only_page(corpus.png_bytes(640, 480))  # re-encoded pages are decoded at once, as before
     assert calls == [1, 1]
+
+
+def test_forwardable_tells_ahead_which_pages_render_page_sends_as_is() -> None:
+    from ocr_ui.preprocess import forwardable, open_document
+
+    def check(data: bytes, settings: ImageSettings = SETTINGS) -> tuple[bool, bool]:
+        doc = open_document(data, settings)
+        ahead = forwardable(data, doc, settings, PROFILE, budget_tokens=4000)
+        return ahead, sent(only_page(data, settings)) == data
+
+    assert check(corpus.jpeg_bytes(640, 480)) == (True, True)
+    assert check(corpus.jpeg_bytes(640, 480, orientation=6)) == (False, False)
+    assert check(corpus.jpeg_bytes(4000, 3000)) == (False, False)  # needs resizing
+    assert check(corpus.png_bytes(640, 480)) == (False, False)
+    assert check(corpus.jpeg_bytes(640, 480), ImageSettings(encode_format="png")) == (False, False)
