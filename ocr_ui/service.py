@@ -33,7 +33,7 @@ from ocr_ui.prompts import TaskOptions, build_messages, build_prompt, get_preset
 Status = Literal["queued", "running", "done", "failed", "stopped"]
 # A JPEG up to this size that is sent as it came is prepared on the event loop (a 1/8-scale check
 # decode and base64: ~1 ms per 200 KB on the dev box); anything else goes to a thread.
-INLINE_RENDER_MAX_BYTES = 1 << 20
+INLINE_MAX_BYTES = 1 << 20
 # Errors after which no later page can succeed either: stop the job instead of failing page by page.
 JOB_STOPPING = (EngineUnavailable, CircuitOpen)
 
@@ -241,10 +241,10 @@ class OcrService:
     async def _render(self, job: _Job, number: int, max_side: int | None) -> preprocess.Page:
         render = partial(preprocess.render_page, job.request.data, job.doc, number, self.settings.images,
                          job.profile, budget_tokens=job.budget, max_side=max_side)
-        if len(job.request.data) <= INLINE_RENDER_MAX_BYTES and preprocess.forwardable(
+        if len(job.request.data) <= INLINE_MAX_BYTES and preprocess.forwardable(
                 job.request.data, job.doc, self.settings.images, job.profile, budget_tokens=job.budget,
                 max_side=max_side):
-            # ~1 ms of work. Handed to a thread it waited 20-35 ms for the GIL while 16 answers streamed
+            # ~1 ms of work. Handed to a thread it waited 18-34 ms for the GIL while 16 answers streamed
             # (H200 run, docs/benchmarks.md), all of it added to the time to first token.
             return render()
         # Rendering a PDF page or resizing a photo takes tens of milliseconds: off the event loop.
