@@ -224,7 +224,7 @@ def render_page(data: bytes, doc: Document, number: int, settings: ImageSettings
     """Decode or render page ``number`` (1-based, one of ``doc.selected``) at the size that is sent."""
     if number not in doc.selected:
         raise InvalidPageRange(f"Page {number} is not among the selected pages.")
-    side = min(max_side or settings.max_side, settings.max_side)
+    side = _side(settings, max_side)
     if doc.kind == "pdf":
         dots = settings.pdf_dpi / pdf_pages.POINTS_PER_INCH
 
@@ -235,33 +235,46 @@ def render_page(data: bytes, doc: Document, number: int, settings: ImageSettings
             return fit_size(*at_dpi, budget_tokens=budget_tokens, max_side=side, profile=profile)
 
         (w_pt, h_pt), image = pdf_pages.render_page_fitted(data, number, fit)
-        source, size = (max(1, round(w_pt * dots)), max(1, round(h_pt * dots))), image.size
-        data_url = encode_data_url(image, settings)
-        load: Callable[[], Image.Image] = partial(_same, image)
-    else:
-        source, size, data_url, load = _image_page(data, doc.kind, settings, profile, budget_tokens, side)
-    return Page(number=number, total=len(doc.selected), width=size[0], height=size[1],
-                source_width=source[0], source_height=source[1], image_tokens=image_tokens(*size, profile),
-                data_url=data_url, load_image=load)
+        source = (max(1, round(w_pt * dots)), max(1, round(h_pt * dots)))
+        return _page(doc, number, source, image.size, profile, encode_data_url(image, settings), partial(_same, image))
+    header, source, size = _fit_image(data, doc.kind, settings, profile, budget_tokens, side)
+    if _sent_as_is(data, doc.kind, settings, header, source, size):
+        return _forwarded(data, doc, number, source, profile)
+    image = image_pages.decode_rgb(data, doc.kind, draft_size=size)
+    if image.size != size:
+        image = image.resize(size, Image.Resampling.LANCZOS)
+    return _page(doc, number, source, size, profile, encode_data_url(image, settings), partial(_same, image))
+
+
+def forwarded_page(data: bytes, doc: Document, number: int, settings: ImageSettings, profile: ModelProfile,
+                   *, budget_tokens: int, max_side: int | None = None) -> Page | None:
+    """``render_page``'s page when it is a JPEG sent as it came, else None (nothing decoded then).
+
+    That page is ~1 ms of work (a header, a 1/8-scale decode, base64): cheaper to make in place than
+    to hand to a thread that must win the GIL back.
+    """
+    if doc.kind != "jpeg" or settings.encode_format != "jpeg" or number not in doc.selected:
+        return None
+    header, source, size = _fit_image(data, doc.kind, settings, profile, budget_tokens, _side(settings, max_side))
+    if not _sent_as_is(data, doc.kind, settings, header, source, size):
+        return None
+    return _forwarded(data, doc, number, source, profile)
 
 
 _Size = tuple[int, int]
 
 
-def forwardable(data: bytes, doc: Document, settings: ImageSettings, profile: ModelProfile, *,
-                budget_tokens: int, max_side: int | None = None) -> bool:
-    """Whether ``render_page`` would send this image's own bytes: a ~1 ms job (a header, a 1/8-scale
-    decode, base64), cheaper to run in place than to hand to a thread that must win the GIL back."""
-    if doc.kind != "jpeg" or settings.encode_format != "jpeg":
-        return False
-    try:
-        header = image_pages.open_header(data, doc.kind)
-        source = image_pages.oriented_size(header)
-        side = min(max_side or settings.max_side, settings.max_side)
-        size = fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
-    except InputError:
-        return False  # render_page says what is wrong, wherever it runs
-    return _sent_as_is(data, doc.kind, settings, header, source, size)
+def _side(settings: ImageSettings, max_side: int | None) -> int:
+    return min(max_side or settings.max_side, settings.max_side)
+
+
+def _fit_image(data: bytes, kind: str, settings: ImageSettings, profile: ModelProfile, budget_tokens: int,
+               side: int) -> tuple[Image.Image, _Size, _Size]:
+    """An image file's header, its (displayed) size and the size it is sent at; nothing decoded yet."""
+    header = image_pages.open_header(data, kind)
+    source = image_pages.oriented_size(header)
+    _check(settings, "The image", *source)
+    return header, source, fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
 
 
 def _sent_as_is(data: bytes, kind: str, settings: ImageSettings, header: Image.Image, source: _Size,
@@ -272,22 +285,19 @@ def _sent_as_is(data: bytes, kind: str, settings: ImageSettings, header: Image.I
             and image_pages.sendable_as_is(header, len(data)))
 
 
-def _image_page(data: bytes, kind: str, settings: ImageSettings, profile: ModelProfile, budget_tokens: int,
-                side: int) -> tuple[_Size, _Size, str, Callable[[], Image.Image]]:
-    """An image file's page: (source size, size sent, data URL, how to get the decoded image)."""
-    header = image_pages.open_header(data, kind)
-    source = image_pages.oriented_size(header)
-    _check(settings, "The image", *source)
-    size = fit_size(*source, budget_tokens=budget_tokens, max_side=side, profile=profile)
-    if _sent_as_is(data, kind, settings, header, source, size):
-        # Checked even when sent as is: a damaged file fails here, in our words, not at the engine. The
-        # API path never looks at the pixels, so the full decode waits for whoever asks for page.image.
-        image_pages.check_decodes(data, kind)
-        return source, size, _data_url("image/jpeg", data), partial(image_pages.decode_rgb, data, kind)
-    image = image_pages.decode_rgb(data, kind, draft_size=size)
-    if image.size != size:
-        image = image.resize(size, Image.Resampling.LANCZOS)
-    return source, size, encode_data_url(image, settings), partial(_same, image)
+def _forwarded(data: bytes, doc: Document, number: int, source: _Size, profile: ModelProfile) -> Page:
+    # Checked even when sent as is: a damaged file fails here, in our words, not at the engine. The
+    # API path never looks at the pixels, so the full decode waits for whoever asks for page.image.
+    image_pages.check_decodes(data, doc.kind)
+    return _page(doc, number, source, source, profile, _data_url("image/jpeg", data),
+                 partial(image_pages.decode_rgb, data, doc.kind))
+
+
+def _page(doc: Document, number: int, source: _Size, size: _Size, profile: ModelProfile, data_url: str,
+          load: Callable[[], Image.Image]) -> Page:
+    return Page(number=number, total=len(doc.selected), width=size[0], height=size[1],
+                source_width=source[0], source_height=source[1], image_tokens=image_tokens(*size, profile),
+                data_url=data_url, load_image=load)
 
 
 def _same(image: Image.Image) -> Image.Image:

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 from ocr_ui import preprocess
@@ -239,16 +238,15 @@ class OcrService:
         yield job.update(index)
 
     async def _render(self, job: _Job, number: int, max_side: int | None) -> preprocess.Page:
-        render = partial(preprocess.render_page, job.request.data, job.doc, number, self.settings.images,
-                         job.profile, budget_tokens=job.budget, max_side=max_side)
-        if len(job.request.data) <= INLINE_MAX_BYTES and preprocess.forwardable(
-                job.request.data, job.doc, self.settings.images, job.profile, budget_tokens=job.budget,
-                max_side=max_side):
-            # ~1 ms of work. Handed to a thread it waited 18-34 ms for the GIL while 16 answers streamed
-            # (H200 run, docs/benchmarks.md), all of it added to the time to first token.
-            return render()
+        args = (job.request.data, job.doc, number, self.settings.images, job.profile)
+        if len(job.request.data) <= INLINE_MAX_BYTES:
+            page = preprocess.forwarded_page(*args, budget_tokens=job.budget, max_side=max_side)
+            if page is not None:
+                # ~1 ms of work. Handed to a thread it waited 18-34 ms for the GIL while 16 answers
+                # streamed (H200 run, docs/benchmarks.md), all of it added to the time to first token.
+                return page
         # Rendering a PDF page or resizing a photo takes tens of milliseconds: off the event loop.
-        return await asyncio.to_thread(render)
+        return await asyncio.to_thread(preprocess.render_page, *args, budget_tokens=job.budget, max_side=max_side)
 
     @staticmethod
     def _fail(result: PageResult, exc: BackendError | InputError) -> None:

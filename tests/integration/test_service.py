@@ -228,20 +228,28 @@ async def test_a_jpeg_sent_as_is_is_prepared_on_the_event_loop_and_other_pages_i
 
     from ocr_ui import preprocess
 
-    threads: list[str] = []
-    real = preprocess.render_page
+    made: list[tuple[str, str]] = []  # (how, thread) for every page that was made
+    forwarded, rendered = preprocess.forwarded_page, preprocess.render_page
 
-    def recording(*args: Any, **kwargs: Any) -> preprocess.Page:
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
+    def recording_forwarded(*args: Any, **kwargs: Any) -> preprocess.Page | None:
+        page = forwarded(*args, **kwargs)
+        if page is not None:
+            made.append(("forwarded", threading.current_thread().name))
+        return page
 
-    monkeypatch.setattr(preprocess, "render_page", recording)
+    def recording_rendered(*args: Any, **kwargs: Any) -> preprocess.Page:
+        made.append(("rendered", threading.current_thread().name))
+        return rendered(*args, **kwargs)
+
+    monkeypatch.setattr(preprocess, "forwarded_page", recording_forwarded)
+    monkeypatch.setattr(preprocess, "render_page", recording_rendered)
     loop_thread = threading.current_thread().name
     for data in (corpus.jpeg_bytes(640, 480), png_bytes()):
         final = await service.run_to_end(OcrRequest(data=data, preset="text"))
         assert final.pages[0].status == "done"
     # A ~1 ms job waited tens of ms for the GIL in a thread under load; a PNG is re-encoded off the loop.
-    assert threads[0] == loop_thread and threads[1] != loop_thread
+    assert [how for how, _ in made] == ["forwarded", "rendered"]
+    assert made[0][1] == loop_thread and made[1][1] != loop_thread
 
 
 async def test_an_endless_repetition_is_stopped_early_and_trimmed(fake_engine: FakeEngine, service: OcrService) -> None:

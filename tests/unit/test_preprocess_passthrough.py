@@ -120,13 +120,17 @@ def test_a_forwarded_jpeg_is_decoded_in_full_only_when_its_pixels_are_asked_for(
     assert calls == [1, 1]
 
 
-def test_forwardable_tells_ahead_which_pages_render_page_sends_as_is() -> None:
-    from ocr_ui.preprocess import forwardable, open_document
+def test_forwarded_page_is_render_pages_page_for_a_jpeg_sent_as_is_and_none_otherwise() -> None:
+    from ocr_ui.preprocess import forwarded_page, open_document
 
     def check(data: bytes, settings: ImageSettings = SETTINGS) -> tuple[bool, bool]:
         doc = open_document(data, settings)
-        ahead = forwardable(data, doc, settings, PROFILE, budget_tokens=4000)
-        return ahead, sent(only_page(data, settings)) == data
+        ahead = forwarded_page(data, doc, 1, settings, PROFILE, budget_tokens=4000)
+        rendered = only_page(data, settings)
+        if ahead is not None:  # the same page render_page makes
+            assert (ahead.data_url, ahead.width, ahead.height, ahead.image_tokens) == (
+                rendered.data_url, rendered.width, rendered.height, rendered.image_tokens)
+        return ahead is not None, sent(rendered) == data
 
     assert check(corpus.jpeg_bytes(640, 480)) == (True, True)
     assert check(corpus.jpeg_bytes(640, 480, orientation=6)) == (False, False)
