@@ -26,6 +26,7 @@ class Record:
     ttft_s: float | None = None
     queue_wait_s: float | None = None  # through the app: held by admission + waiting for an engine slot
     render_s: float | None = None  # through the app: the app preparing the page (decode, resize, encode)
+    app_ttft_s: float | None = None  # through the app: its own clock, page start to the engine's first text
     output_tokens: int | None = None
     image_tokens: int | None = None
     error: str | None = None  # an error code (engine_timeout, http_503, ...) or None
@@ -35,7 +36,7 @@ class Record:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, with times rounded to the millisecond."""
         out = asdict(self)
-        for key in ("started_s", "latency_s", "ttft_s", "queue_wait_s", "render_s"):
+        for key in ("started_s", "latency_s", "ttft_s", "queue_wait_s", "render_s", "app_ttft_s"):
             if out[key] is not None:
                 out[key] = round(out[key], 4)
         return out
@@ -63,6 +64,7 @@ def summarize(records: list[Record], concurrency: int, wall_s: float) -> dict[st
     latency = [r.latency_s for r in ok if r.latency_s is not None]
     wait = [r.queue_wait_s for r in ok if r.queue_wait_s is not None]
     render = [r.render_s for r in ok if r.render_s is not None]
+    app_ttft = [r.app_ttft_s for r in ok if r.app_ttft_s is not None]
     wall = max(wall_s, 1e-9)
     return {
         "concurrency": concurrency, "requests": len(records), "ok": len(ok), "errors": len(records) - len(ok),
@@ -74,6 +76,8 @@ def summarize(records: list[Record], concurrency: int, wall_s: float) -> dict[st
         "latency_p50_ms": _ms(percentile(latency, 50)), "latency_p95_ms": _ms(percentile(latency, 95)),
         "queue_wait_p50_ms": _ms(percentile(wait, 50)), "queue_wait_p95_ms": _ms(percentile(wait, 95)),
         "render_p50_ms": _ms(percentile(render, 50)), "render_p95_ms": _ms(percentile(render, 95)),
+        # The client's TTFT minus this is the HTTP exchange with the app: upload, opening it, the first line back.
+        "app_ttft_p50_ms": _ms(percentile(app_ttft, 50)),
     }
 
 

@@ -156,6 +156,7 @@ class AppTarget:
         timings = first.get("timings") or {}
         record.queue_wait_s = timings.get("queue_wait_s")
         record.render_s = timings.get("render_s")
+        record.app_ttft_s = timings.get("ttft_s")
         record.image_tokens = first.get("image_tokens")
 
     async def close(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import socket
@@ -30,15 +31,22 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def serve_fake(chunks: int, port_file: str) -> None:
-    """The child process: the fake engine answering every request with ``chunks`` distinct pieces at once."""
+def serve_fake(args: argparse.Namespace, port_file: str) -> None:
+    """The child process: the fake engine answering every request with ``args.chunks`` distinct tokens.
+
+    They go ``args.stream_interval`` to a chunk (vLLM's ``--stream-interval``), one chunk per
+    ``token_delay`` x interval seconds after ``first_token_delay`` (0 and 0: all at once).
+    """
     sys.path.insert(0, str(ROOT))
     from tests.support.fake_engine import FakeEngine, Reply
 
     # Distinct words, so the repetition guard sees no loop; mixed scripts, as OCR output is.
-    pieces = [f"w{i:03d}字 " for i in range(chunks)]
+    tokens = [f"w{i:03d}字 " for i in range(args.chunks)]
+    n = args.stream_interval
+    pieces = ["".join(tokens[i:i + n]) for i in range(0, len(tokens), n)]
     with FakeEngine() as fake:
-        fake.default = Reply(chunks=pieces)
+        fake.default = Reply(chunks=pieces, first_token_delay=args.first_token_delay,
+                             token_delay=args.token_delay * n)
         Path(port_file).write_text(str(fake.port))
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
@@ -84,18 +92,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=160, help="measured requests per target (default 160)")
     p.add_argument("--concurrency", type=int, default=16, help="clients at once (default 16)")
-    p.add_argument("--chunks", type=int, default=256, help="streamed chunks per answer = max_tokens (default 256)")
+    p.add_argument("--chunks", type=int, default=256, help="tokens per answer = max_tokens (default 256)")
+    p.add_argument("--stream-interval", type=int, default=1, help="tokens per streamed chunk (default 1)")
+    p.add_argument("--token-delay", type=float, default=0.0,
+                   help="seconds per token, paced like a GPU (0.005 = 200 tokens/s per answer; default 0: at once)")
+    p.add_argument("--first-token-delay", type=float, default=0.0, help="seconds before the first chunk (default 0)")
     p.add_argument("--file", default=None, help="send this file instead of the synthetic small PNG page")
     p.add_argument("--profile", default=None, help="run the app under cProfile and write the stats here")
     p.add_argument("--serve-fake", default=None, help=argparse.SUPPRESS)  # internal: the engine child
     args = p.parse_args()
     if args.serve_fake:
-        serve_fake(args.chunks, args.serve_fake)
+        serve_fake(args, args.serve_fake)
         return 0
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     port_file = tmp / "engine-port"
-    fake = subprocess.Popen([sys.executable, __file__, "--chunks", str(args.chunks), "--serve-fake", str(port_file)])
+    fake = subprocess.Popen([sys.executable, __file__, "--chunks", str(args.chunks), "--serve-fake", str(port_file),
+                             "--stream-interval", str(args.stream_interval), "--token-delay", str(args.token_delay),
+                             "--first-token-delay", str(args.first_token_delay)])
     app: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 30
@@ -124,12 +138,14 @@ def main() -> int:
         wall = time.monotonic() - t0
         after = proc.cpu_times()
         cpu_s = (after.user - before.user) + (after.system - before.system)
-        chunks = (args.requests + args.concurrency) * args.chunks  # measured + warm-up requests
+        chunks = (args.requests + args.concurrency) * math.ceil(args.chunks / args.stream_interval)  # + warm-up
         result = {
-            "concurrency": args.concurrency, "requests": args.requests, "chunks_per_request": args.chunks,
+            "concurrency": args.concurrency, "requests": args.requests, "tokens_per_request": args.chunks,
+            "chunks_per_request": math.ceil(args.chunks / args.stream_interval),
+            "stream_interval": args.stream_interval, "token_delay_s": args.token_delay,
             "engine_req_s": engine["req_per_s"], "app_req_s": through_app["req_per_s"],
             "app_ttft_p50_ms": through_app["ttft_p50_ms"], "engine_ttft_p50_ms": engine["ttft_p50_ms"],
-            "app_render_p50_ms": through_app.get("render_p50_ms"),
+            "app_render_p50_ms": through_app.get("render_p50_ms"), "app_own_ttft_p50_ms": through_app.get("app_ttft_p50_ms"),
             "app_errors": through_app["errors"], "app_cpu_s": round(cpu_s, 2), "app_cpu_wall_s": round(wall, 2),
             "app_cpu_us_per_chunk": round(cpu_s / chunks * 1e6, 1),
         }

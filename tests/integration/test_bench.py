@@ -186,8 +186,11 @@ def test_the_app_target_streams_through_the_real_app(capsys: pytest.CaptureFixtu
     assert all(r["ttft_s"] is not None and r["output_tokens"] > 0 for r in records)
     # The app's answer carries its own timings: queue wait and render time per request, image tokens.
     assert all(r["queue_wait_s"] is not None and r["render_s"] is not None and r["image_tokens"] > 0 for r in records)
+    # The app's own TTFT (page start to first text) fits inside the one the client saw.
+    assert all(0 < r["app_ttft_s"] <= r["ttft_s"] for r in records)
     assert [s["ok"] for s in summaries] == [2, 2]
     assert all(s["queue_wait_p50_ms"] is not None and s["render_p50_ms"] is not None for s in summaries)
+    assert all(0 < s["app_ttft_p50_ms"] <= s["ttft_p50_ms"] for s in summaries)
 
 
 def test_preprocessing_cost_is_measured_for_a_photo_and_a_pdf_page(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 
 from ocr_ui.client import EngineClient
 from ocr_ui.config import Settings
-from ocr_ui.errors import EmptyFile, InvalidOptions
+from ocr_ui.errors import EmptyFile, InvalidOptions, UnsupportedFileType
 from ocr_ui.prompts import TaskOptions
 from ocr_ui.service import JobUpdate, OcrRequest, OcrService
 from tests.support import corpus
@@ -250,6 +250,35 @@ async def test_a_jpeg_sent_as_is_is_prepared_on_the_event_loop_and_other_pages_i
     # A ~1 ms job waited tens of ms for the GIL in a thread under load; a PNG is re-encoded off the loop.
     assert [how for how, _ in made] == ["forwarded", "rendered"]
     assert made[0][1] == loop_thread and made[1][1] != loop_thread
+
+
+async def test_a_small_image_is_opened_on_the_event_loop_and_a_pdf_in_a_thread(
+        fake_engine: FakeEngine, service: OcrService, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from ocr_ui import preprocess
+    from ocr_ui.service import INLINE_MAX_BYTES
+
+    opened: list[tuple[str, bool]] = []  # (kind, on the loop's thread) for every upload opened
+    loop_thread = threading.current_thread().name
+    real_open = preprocess.open_document
+
+    def recording_open(data: bytes, *args: Any, **kwargs: Any) -> preprocess.Document:
+        doc = real_open(data, *args, **kwargs)
+        opened.append((doc.kind, threading.current_thread().name == loop_thread))
+        return doc
+
+    monkeypatch.setattr(preprocess, "open_document", recording_open)
+    big_png = corpus.image_bytes("bmp", 640, 560)  # uncompressed: over the in-place bound
+    assert len(big_png) > INLINE_MAX_BYTES
+    for data in (corpus.jpeg_bytes(640, 480), png_bytes(), corpus.pdf_bytes(1), big_png):
+        final = await service.run_to_end(OcrRequest(data=data, preset="text"))
+        assert final.pages[0].status == "done"
+    # A header read waited for the GIL in a thread under load; a PDF's page count and a big file stay off the loop.
+    assert opened == [("jpeg", True), ("png", True), ("pdf", False), ("bmp", False)]
+    # A file that is not one we read is refused from the thread, with its own message.
+    with pytest.raises(UnsupportedFileType, match="Text files are not supported"):
+        await service.run_to_end(OcrRequest(data=b"plain text, not a picture", preset="text"))
 
 
 async def test_an_endless_repetition_is_stopped_early_and_trimmed(fake_engine: FakeEngine, service: OcrService) -> None:
