@@ -33,7 +33,7 @@ def render(settings: Settings, *, auto: bool = False, gpu_memory_gb: float | Non
     """The flags after ``vllm serve`` (``python -m vllm.entrypoints.openai.api_server`` on CPU), one list item per token."""
     eng = settings.engine
     max_num_seqs, batched, model_len = eng.max_num_seqs, eng.max_num_batched_tokens, eng.max_model_len
-    api_servers, interval = eng.api_server_count, eng.stream_interval
+    api_servers, interval = eng.api_server_count or 1, eng.stream_interval or 1  # 0: planned by --auto, else 1
     if auto:
         from ocr_ui import sizing
 

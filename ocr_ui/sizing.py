@@ -173,6 +173,7 @@ class Plan:
     fp8: bool
     api_server_count: int = 1
     stream_interval: int = 1
+    frontend_set: tuple[str, ...] = ()  # which of api_server_count, stream_interval the config set (kept as given)
     cpu_count: int = 1
     notes: tuple[str, ...] = ()
 
@@ -205,7 +206,12 @@ class Plan:
         ]
         if dp > 1:
             lines.append(f"data parallel: {dp} x {self.max_num_seqs} = {self.total_seqs} requests at once")
-        if self.max_num_seqs >= FRONTEND_BOUND_SEQS:
+        if self.frontend_set:
+            def said(key: str, value: int) -> str:
+                return f"{key} {value}" + (" (set in the config)" if key in self.frontend_set else " (planned)")
+            lines.append(f"frontend: {said('api_server_count', self.api_server_count)}, "
+                         f"{said('stream_interval', self.stream_interval)}; 0 in the config lets --auto plan it")
+        elif self.max_num_seqs >= FRONTEND_BOUND_SEQS:
             lines.append(f"frontend: {self.max_num_seqs} >= {FRONTEND_BOUND_SEQS} running requests outrun one API "
                          f"server -> api_server_count min({MAX_API_SERVERS}, {self.cpu_count} cores // "
                          f"{CORES_PER_API_SERVER}) = {self.api_server_count}, stream_interval {self.stream_interval} "
@@ -269,10 +275,10 @@ def plan_for(settings: Settings, gpu_memory_gb: float | None = None, *,
             f"images.max_side, or raise engine.gpu_memory_utilization.")
     seqs = min(MAX_SEQS_PER_REPLICA, fits)
     cpus = max(1, cpu_count or os.cpu_count() or 1)
-    api_servers, interval = eng.api_server_count, eng.stream_interval
-    if seqs >= FRONTEND_BOUND_SEQS:
-        api_servers = min(MAX_API_SERVERS, max(1, cpus // CORES_PER_API_SERVER))
-        interval = BUSY_STREAM_INTERVAL
+    # 0 in the config means "plan it"; a number the operator set is kept (and said so by --explain).
+    busy = seqs >= FRONTEND_BOUND_SEQS
+    api_servers = eng.api_server_count or (min(MAX_API_SERVERS, max(1, cpus // CORES_PER_API_SERVER)) if busy else 1)
+    interval = eng.stream_interval or (BUSY_STREAM_INTERVAL if busy else 1)
     return Plan(
         max_num_seqs=seqs, max_num_batched_tokens=batched, max_model_len=model_len,
         gpu_memory_gib=memory, memory_source=source, utilization=eng.gpu_memory_utilization, weight_gib=weight,
@@ -280,5 +286,6 @@ def plan_for(settings: Settings, gpu_memory_gb: float | None = None, *,
         max_side=max_side, prompt_tokens=PROMPT_TOKENS, max_tokens=settings.generation.max_tokens_cap,
         need_tokens=need, fits_seqs=fits, data_parallel=dp, tensor_parallel=tp, shape=shape,
         dtype_bytes=dtype_bytes, fp8=fp8, api_server_count=api_servers, stream_interval=interval, cpu_count=cpus,
+        frontend_set=tuple(k for k in ("api_server_count", "stream_interval") if getattr(eng, k)),
         notes=tuple(notes),
     )

@@ -193,6 +193,19 @@ def test_a_big_card_gets_api_servers_from_its_cores_and_8_token_stream_chunks() 
     assert flags[flags.index("--api-server-count") + 1] == "4" and flags[flags.index("--stream-interval") + 1] == "8"
 
 
+def test_api_servers_and_stream_interval_set_in_the_config_are_kept_by_auto() -> None:
+    # 0 (the default) lets --auto plan them; a number the operator chose wins, on a big card too.
+    kept = sizing.plan_for(settings(engine__api_server_count=8), gpu_memory_gb=H200_GIB, cpu_count=32)
+    assert (kept.api_server_count, kept.stream_interval) == (8, 8)
+    assert "api_server_count 8 (set in the config), stream_interval 8 (planned)" in kept.explain()
+    both = sizing.plan_for(settings(engine__api_server_count=2, engine__stream_interval=1), gpu_memory_gb=H200_GIB,
+                           cpu_count=32)
+    assert (both.api_server_count, both.stream_interval) == (2, 1)
+    flags = engine_args.render(settings(engine__api_server_count=8), auto=True, gpu_memory_gb=H200_GIB, cpu_count=32,
+                               device="cuda")
+    assert flags[flags.index("--api-server-count") + 1] == "8"
+
+
 def test_a_small_card_keeps_one_api_server_and_the_configured_stream_interval() -> None:
     small = sizing.plan_for(settings(), gpu_memory_gb=24, cpu_count=64)
     assert small.max_num_seqs < sizing.FRONTEND_BOUND_SEQS
