@@ -152,6 +152,7 @@ def test_the_app_sends_the_engine_key_and_says_clearly_when_it_is_wrong(tmp_path
             assert engine.headers[-1]["authorization"] == f"Bearer {ENGINE_KEY}"
             assert httpx.get(live.url + "/healthz", timeout=30).status_code == 200
         with LiveApp(quick(engine, tmp_path, engine={"api_key": "not-the-key"})) as live:
+            assert engine.wait_until(lambda: engine.in_flight == 0)  # the last answer is counted once written
             before = engine.completed
             refused = httpx.post(live.url + "/api/ocr", json={"file": base64.b64encode(PNG).decode()}, timeout=60)
             health = httpx.get(live.url + "/healthz", timeout=30)
