@@ -7,6 +7,7 @@ and one line naming the setting. The engine is expected at engine.base_url (star
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import os
 import secrets
@@ -100,7 +101,12 @@ def main() -> int:
     server = uvicorn.Server(config)
     if settings.app.share:
         threading.Thread(target=share_link, args=(settings, server), name="share-tunnel", daemon=True).start()
-    log.info("serving on http://%s:%d", settings.app.host, settings.app.port)
+    # uvicorn's "auto" takes uvloop and httptools when installed (requirements.txt) and falls back to
+    # asyncio and h11 without a word: say which, since every open answer streams through this loop.
+    loop, parser = (name if importlib.util.find_spec(name) else fallback
+                    for name, fallback in (("uvloop", "asyncio"), ("httptools", "h11")))
+    log.info("serving on http://%s:%d (event loop %s, HTTP parser %s)", settings.app.host, settings.app.port,
+             loop, parser)
     server.run()
     return 0
 
