@@ -143,10 +143,11 @@ def main() -> int:
         wall = time.monotonic() - t0
         after = proc.cpu_times()
         cpu_s = (after.user - before.user) + (after.system - before.system)
-        chunks = (args.requests + _warmup(args)) * math.ceil(args.chunks / args.stream_interval)  # + warm-up
+        per_request = math.ceil(args.chunks / args.stream_interval)  # chunks per answer
+        chunks = (args.requests + _warmup(args)) * per_request  # measured + warm-up requests
         result = {
             "concurrency": args.concurrency, "requests": args.requests, "tokens_per_request": args.chunks,
-            "chunks_per_request": math.ceil(args.chunks / args.stream_interval),
+            "chunks_per_request": per_request,
             "stream_interval": args.stream_interval, "token_delay_s": args.token_delay,
             "engine_req_s": engine["req_per_s"], "app_req_s": through_app["req_per_s"],
             "app_ttft_p50_ms": through_app["ttft_p50_ms"], "engine_ttft_p50_ms": engine["ttft_p50_ms"],
