@@ -87,12 +87,25 @@ app() {  # NAME PORT ENGINE_PORT [overrides]
   say "$name did not come up"; tail -30 "$W/logs/$name.log"; return 1
 }
 
+snapshot() {  # DIR WHEN URL: every process's CPU seconds so far and the target's /metrics page
+  ps -eo pid,ppid,times,args --no-headers | awk '$3 > 0' | cut -c1-200 > "$1/cpu-$2.txt"
+  curl -s --max-time 5 "${3%/v1}/metrics" > "$1/metrics-$2.txt"
+  local p  # per-thread CPU of the engine cores: which of their threads is busy
+  for p in $(pgrep -f EngineCore); do ps -L -o pid,tid,time,comm --no-headers -p "$p"; done > "$1/threads-$2.txt"
+}
+
 bench() {  # LABEL ARGS...
-  local label=$1; shift
+  local label=$1 url="" a prev=""; shift
+  for a in "$@"; do [ "$prev" = "--url" ] && url=$a; prev=$a; done
   say "bench $label: $*"
+  mkdir -p "$W/$label"
   { nvidia-smi --query-compute-apps=pid,used_memory --format=csv; ps -eo pid,pgid,args | grep -E "vllm|EngineCore" | grep -v grep | cut -c1-160; } \
     > "$W/procs-$label.txt" 2>/dev/null
+  # Before/after snapshots split the run's time by process (CPU seconds) and by engine stage (vLLM's
+  # queue / prefill / decode histograms), to tell an API-server ceiling from an engine-core one.
+  snapshot "$W/$label" before "$url"
   $PY -m ocr_ui.bench --quiet --out "$W/$label" "$@" 2>&1 | tail -12
+  snapshot "$W/$label" after "$url"
 }
 
 stop() {
