@@ -149,6 +149,22 @@ class _Sink:
             print(json.dumps(item), flush=True)
 
 
+# Answers that no load explains: a wrong address, a missing token, a wrong model name. A sweep that gets
+# them for every request measures nothing (a GPU run once sent 6,825 requests to a wrong path).
+SETUP_ERRORS = frozenset({"http_401", "http_403", "http_404", "http_405", "access_denied", "engine_rejected"})
+URL_HINTS = {"app": "--url for --target app is the app's own address, e.g. http://127.0.0.1:7860 (no /v1)",
+             "engine": "--url for --target engine is the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1"}
+
+
+def _check_warmup(records: list[Record], target: str) -> None:
+    """Stop before the sweep when every warm-up request failed with a setup error."""
+    if records and all(r.error in SETUP_ERRORS for r in records):
+        first = records[0]
+        detail = f": {first.detail}" if first.detail else ""
+        raise OcrError(f"the warm-up request failed ({first.error}{detail}); nothing was measured. "
+                       f"{URL_HINTS[target]}.")
+
+
 async def _sweep(args: argparse.Namespace, settings: Settings, sink: _Sink) -> list[dict[str, Any]]:
     from ocr_ui.bench_targets import prepare_pages, preset_prompt
 
@@ -158,7 +174,8 @@ async def _sweep(args: argparse.Namespace, settings: Settings, sink: _Sink) -> l
     summaries = []
     try:
         if args.warmup:
-            await run_level(target, pages, 1, requests=args.warmup, duration=None, emit=lambda r: None)
+            warm, _ = await run_level(target, pages, 1, requests=args.warmup, duration=None, emit=lambda r: None)
+            _check_warmup(warm, args.target)
         for level in args.concurrency:
             if min(args.procs, level) > 1:
                 records, wall = await asyncio.to_thread(run_split_level, args, settings, prompt, level)

@@ -166,6 +166,7 @@ class AppTarget:
 def _http_error(status: int, raw: bytes) -> tuple[str, str]:
     try:
         error = json.loads(raw).get("error") or {}
-        return str(error.get("code") or f"http_{status}"), str(error.get("message") or "")[:200]
+        code = error.get("code")  # the app's codes are words; vLLM's body (a wrong --url) carries the number
+        return (code if isinstance(code, str) and code else f"http_{status}"), str(error.get("message") or "")[:200]
     except (ValueError, AttributeError):
         return f"http_{status}", raw[:200].decode("utf-8", "replace")

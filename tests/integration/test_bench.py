@@ -90,6 +90,34 @@ def test_an_unreachable_engine_gives_errors_not_a_crash(capsys: pytest.CaptureFi
     assert records == [] and summary["error_kinds"] == {"engine_unavailable": 2}
 
 
+@pytest.mark.parametrize(("target", "model", "code", "hint", "chats"), [
+    ("app", None, "http_404", "is the app's own address, e.g. http://127.0.0.1:7860 (no /v1)", 0),
+    ("engine", "no-such-model", "engine_rejected", "is the engine's OpenAI base URL", 1),
+])
+def test_a_warm_up_that_fails_for_a_setup_mistake_stops_the_run(target: str, model: str | None, code: str, hint: str,
+                                                               chats: int, capsys: pytest.CaptureFixture[str]) -> None:
+    # --target app pointed at the engine's /v1 address (the fake engine has no /api/ocr), and an engine
+    # asked for a model it does not serve: no level runs, one error line says what to fix.
+    with FakeEngine() as fe:
+        argv = ["--target", target, "--url", fe.base_url, "--concurrency", "2", "--requests", "50"]
+        assert bench.main(argv + (["--model", model] if model else [])) == 2
+        sent = len(fe.requests)
+    out, err = capsys.readouterr()
+    assert sent == chats and "summary" not in out  # the warm-up's one chat request at most
+    assert err.startswith(f"error: the warm-up request failed ({code}") and hint in err and err.count("\n") == 1
+
+
+def test_a_busy_warm_up_does_not_stop_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # Busy is load, not a setup mistake: the sweep still runs and counts what it gets.
+    with FakeEngine() as fe:
+        fe.script = [Reply(status=503, message="busy")]
+        fe.default = Reply(text="ok text")
+        code = bench.main(["--url", fe.base_url, "--concurrency", "1", "--requests", "2"])
+    assert code == 0
+    _, (summary,) = lines_of(capsys.readouterr().out)
+    assert summary["ok"] == 2
+
+
 def test_a_duration_bounded_level_stops_by_itself(capsys: pytest.CaptureFixture[str]) -> None:
     with FakeEngine() as fe:
         fe.default = Reply(text="abc " * 5, token_delay=0.01)
