@@ -56,7 +56,9 @@ LARGE_CARD_GIB = 40.0  # from here on each step may prefill two full pages
 # plus 8-token stream chunks 21-25; docs/benchmarks.md). Below it the defaults stand.
 FRONTEND_BOUND_SEQS = 64
 CORES_PER_API_SERVER = 8  # each API server decodes images and streams answers; leave cores to the rest
-MAX_API_SERVERS = 4  # the most that was measured
+# 8 API servers measured slower than 4 on a 32-core H200 host (22.0-23.3 vs 26.0-27.2 req/s at 64 clients,
+# fresh engines on one machine; its decode steps were slower, 6.0-6.4 vs 5.1-5.4 ms): 4 is the cap.
+MAX_API_SERVERS = 4
 BUSY_STREAM_INTERVAL = 8  # ~ what the app's 50 ms flush groups anyway at the decode speeds measured
 
 
