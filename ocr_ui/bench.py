@@ -126,7 +126,9 @@ def _make_target(args: argparse.Namespace, settings: Settings, prompt: str) -> A
         token = settings.app.api_tokens[0].get_secret_value() if settings.app.api_tokens else None
         return AppTarget(url, preset=args.preset, max_tokens=args.max_tokens, timeout_s=args.timeout, token=token)
     key = settings.engine.api_key.get_secret_value() if settings.engine.api_key else None
-    return EngineTarget(settings, args.url or settings.engine.base_url, model=args.model or settings.model.served_name,
+    if args.model:  # error messages name the model that was asked for
+        settings = settings.model_copy(update={"model": settings.model.model_copy(update={"served_name": args.model})})
+    return EngineTarget(settings, args.url or settings.engine.base_url, model=settings.model.served_name,
                         prompt=prompt, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
                         timeout_s=args.timeout, api_key=key)
 

@@ -92,7 +92,7 @@ def test_an_unreachable_engine_gives_errors_not_a_crash(capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize(("target", "model", "code", "hint", "chats"), [
     ("app", None, "http_404", "is the app's own address, e.g. http://127.0.0.1:7860 (no /v1)", 0),
-    ("engine", "no-such-model", "engine_rejected", "is the engine's OpenAI base URL", 1),
+    ("engine", "no-such-model", "engine_rejected", "serve the model 'no-such-model'", 1),
 ])
 def test_a_warm_up_that_fails_for_a_setup_mistake_stops_the_run(target: str, model: str | None, code: str, hint: str,
                                                                chats: int, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,6 +105,7 @@ def test_a_warm_up_that_fails_for_a_setup_mistake_stops_the_run(target: str, mod
     out, err = capsys.readouterr()
     assert sent == chats and "summary" not in out  # the warm-up's one chat request at most
     assert err.startswith(f"error: the warm-up request failed ({code}") and hint in err and err.count("\n") == 1
+    assert f"--url for --target {target} is the" in err
 
 
 def test_a_busy_warm_up_does_not_stop_the_run(capsys: pytest.CaptureFixture[str]) -> None:
