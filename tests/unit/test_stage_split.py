@@ -1,6 +1,7 @@
 """scripts/gpu/stage_split.py: how a GPU run's before/after snapshots are read."""
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -41,6 +42,13 @@ def test_cpu_share_per_named_process_and_stage_means_over_all_servers(tmp_path, 
                                        "103 1 2 bench\n")
     (run / "metrics-before.txt").write_text(_metrics((1.0, 2.0), (0.0, 0.0)))
     (run / "metrics-after.txt").write_text(_metrics((5.0, 6.0), (4.0, 6.0)))
+    # Engine core 100: its main thread busy, one worker thread busy, one idle; 1-01:00:00 is 25 hours.
+    # The before file gzipped, as docs/bench keeps them.
+    (run / "threads-before.txt.gz").write_bytes(gzip.compress(b"100 100 00:00:30 VLLM::EngineCor\n"
+                                                              b"100 150 1-01:00:00 VLLM::EngineCor\n"
+                                                              b"100 151 00:00:01 VLLM::EngineCor\n"))
+    (run / "threads-after.txt").write_text("100 100 00:01:28 VLLM::EngineCor\n100 150 1-01:00:02 VLLM::EngineCor\n"
+                                           "100 151 00:00:01 VLLM::EngineCor\n")
     log = tmp_path / "eA4.log"
     log.write_text("(EngineCore pid=100) INFO ready\n(ApiServer_1 pid=101) INFO started\n")
 
@@ -52,6 +60,7 @@ def test_cpu_share_per_named_process_and_stage_means_over_all_servers(tmp_path, 
     assert "ApiServer_1" in out[2] and "30.0 CPU s" in out[2] and "50 % of a core" in out[2]
     assert "bench" in out[3] and "2.0 CPU s" in out[3]
     assert not any("idle" in line for line in out)  # used no CPU during the run
+    assert "  threads of 100: main 58 CPU s, 2 s in 1 of 2 others" in out
     # (5 - 1 + 4) s over (6 - 2 + 6) requests, both servers' label sets added: 800 ms.
     ttft = [line for line in out if "time_to_first_token" in line]
     assert len(ttft) == 1 and "mean    800.0 ms over 10" in ttft[0]
