@@ -35,6 +35,10 @@ from ocr_ui.errors import (
 from ocr_ui.slots import Slots
 
 HEALTH_TIMEOUT_S = 5.0  # a health probe is never worth more than a few seconds
+# vLLM's HTTP server closes a connection after 5 s idle (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), as long as httpx
+# keeps one by default: a page sent on a connection the server is closing that moment fails before any
+# reply. Dropping idle connections first closes that race, for one TCP handshake after a quiet spell.
+IDLE_CONNECTION_S = 4.0
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,39}$")
 
 
@@ -177,7 +181,8 @@ class EngineClient:
         self.metrics = metrics
         self.slots = Slots(in_flight_limit(settings))
         key = settings.engine.api_key.get_secret_value() if settings.engine.api_key else "EMPTY"
-        self._http = http_client or openai.DefaultAsyncHttpx2Client()
+        self._http = http_client or openai.DefaultAsyncHttpx2Client(limits=httpx2.Limits(
+            max_connections=1000, max_keepalive_connections=100, keepalive_expiry=IDLE_CONNECTION_S))  # SDK's sizes
         self._openai = openai.AsyncOpenAI(
             base_url=settings.engine.base_url, api_key=key, http_client=self._http, max_retries=c.max_retries,
             timeout=openai.Timeout(c.total_timeout_s, connect=c.connect_timeout_s, read=c.idle_timeout_s),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from ocr_ui import client as client_module
 from ocr_ui.client import Chunk, EngineClient
 from ocr_ui.config import Settings
 from tests.support.fake_engine import FakeEngine, Reply, default_text, settings_for
@@ -46,6 +47,23 @@ async def test_streamed_text_equals_non_streamed_text(client: EngineClient) -> N
     whole = await client.complete(messages(), max_tokens=256, sampling=SAMPLING, extra_body=EXTRA, request_id="t2")
     assert "".join(c.text for c in streamed) == whole.text == default_text("提取图中的文字。")
     assert whole.finish_reason == "stop"
+
+
+async def test_an_idle_engine_connection_is_dropped_before_the_engine_would_close_it(
+        fake_engine: FakeEngine, engine_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real bound is 4 s against vLLM's 5 s; scaled down here so the test does not wait 4 s.
+    assert client_module.IDLE_CONNECTION_S < 5.0
+    monkeypatch.setattr(client_module, "IDLE_CONNECTION_S", 0.3)
+    engine = EngineClient(engine_settings)
+    try:  # health() asks /health and /v1/models on the pooled client (the fake closes after a stream)
+        assert (await engine.health()).up
+        assert (await engine.health()).up
+        assert fake_engine.connections == 1  # back to back: the same connection, four requests
+        await asyncio.sleep(0.6)
+        assert (await engine.health()).up
+        assert fake_engine.connections == 2  # idle past the bound: a new one
+    finally:
+        await engine.close()
 
 
 async def test_a_stream_has_exactly_one_finish_reason_on_its_last_chunk(client: EngineClient) -> None:

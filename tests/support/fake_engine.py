@@ -87,6 +87,7 @@ class FakeEngine:
         self.metric_values: dict[str, float | None] = {
             "num_requests_running": None, "num_requests_waiting": None, "kv_cache_usage_perc": None}
         self.requests: list[dict[str, Any]] = []  # every chat request body, in arrival order
+        self.connections = 0  # TCP connections accepted
         self.headers: list[dict[str, str]] = []  # their headers (lower-case names)
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -190,6 +191,7 @@ class FakeEngine:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        self.connections += 1
         try:
             while True:  # keep-alive: one request after another on the same connection
                 request = await _read_request(reader)
